@@ -1,0 +1,41 @@
+"""langgraph-deadline: one deadline per LangGraph run, carried in state and context to every step.
+
+Every step gets `min(its cap, what is left - reserve)`, refuses to start when that is below what it
+needs, is really cancelled at its budget, and ends in a named terminal the caller can act on.
+"""
+
+from ._clock import Clock, ManualClock, SystemClock
+from ._context import check, client_timeout, current_deadline, deadline_scope, remaining
+from ._deadline import Deadline, earliest
+from ._errors import DeadlineExceeded, ScopeFrame
+from ._graph import DeadlineGraph, terminal_of, with_deadlines
+from ._node import budgeted
+from ._records import Outcome, StepRecord, StepStatus, Terminal
+from ._state import DeadlineState, deadline_input
+
+__all__ = [
+    "Clock",
+    "Deadline",
+    "DeadlineExceeded",
+    "DeadlineGraph",
+    "DeadlineState",
+    "ManualClock",
+    "Outcome",
+    "ScopeFrame",
+    "StepRecord",
+    "StepStatus",
+    "SystemClock",
+    "Terminal",
+    "budgeted",
+    "check",
+    "client_timeout",
+    "current_deadline",
+    "deadline_input",
+    "deadline_scope",
+    "earliest",
+    "remaining",
+    "terminal_of",
+    "with_deadlines",
+]
+
+__version__ = "0.1.0"

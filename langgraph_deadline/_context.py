@@ -1,0 +1,182 @@
+"""The deadline in context: a private contextvar, typed accessors and `deadline_scope`.
+
+Contextvars set by the caller reach every LangGraph node, tool and sub-graph (tasks run in
+copied contexts), so deep code (an httpx call, a model client) sees the deadline without plumbing.
+"""
+
+from __future__ import annotations
+
+import math
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Final
+
+import anyio
+
+from ._deadline import Deadline
+from ._errors import DeadlineExceeded, ScopeFrame
+from ._validate import check_seconds
+
+__all__ = [
+    "check",
+    "client_timeout",
+    "current_deadline",
+    "current_scopes",
+    "deadline_scope",
+    "remaining",
+]
+
+_SCOPES: Final[ContextVar[tuple[ScopeFrame, ...]]] = ContextVar(
+    "langgraph_deadline.scopes", default=()
+)
+
+
+def current_deadline() -> Deadline | None:
+    """The deadline in force here (the earliest of all open scopes), or None."""
+    frames = _SCOPES.get()
+    return frames[-1].effective if frames else None
+
+
+def current_scopes() -> tuple[ScopeFrame, ...]:
+    """The open deadline scopes, outermost first: who asked for what, and who clamped."""
+    return _SCOPES.get()
+
+
+def remaining() -> float:
+    """Seconds left before the deadline in force; `math.inf` when there is none."""
+    d = current_deadline()
+    return math.inf if d is None else d.remaining()
+
+
+def check(step: str | None = None) -> None:
+    """Raise `DeadlineExceeded` if the deadline in force has passed; for cooperative sync loops.
+
+    Raises:
+        DeadlineExceeded: the deadline has passed.
+    """
+    d = current_deadline()
+    if d is not None and d.expired:
+        raise _exceeded(d, step)
+
+
+def client_timeout(cap: float | None = None, *, reserve: float = 0.0) -> float | None:
+    """A timeout to hand a client library (httpx, a DB driver): `min(cap, remaining - reserve)`.
+
+    Never returns 0 or a negative number, which many clients read as "no timeout": with nothing
+    left it raises instead. Returns `cap` unchanged when no deadline is in force.
+
+    Raises:
+        DeadlineExceeded: no time is left.
+    """
+    d = current_deadline()
+    if d is None:
+        return None if cap is None else check_seconds(cap, "cap")
+    left = d.budget(cap, reserve)
+    if left <= 0.0:
+        raise _exceeded(d, None)
+    return left
+
+
+def _exceeded(d: Deadline, step: str | None) -> DeadlineExceeded:
+    where = f" in {step}" if step else ""
+    return DeadlineExceeded(
+        f"deadline exceeded{where}", deadline=d, step=step, scopes=_SCOPES.get()
+    )
+
+
+def _coerce(value: Deadline | float | None, name: str) -> Deadline | None:
+    if value is None or isinstance(value, Deadline):
+        return value
+    return Deadline.after(check_seconds(value, name))
+
+
+class deadline_scope:  # noqa: N801 - reads like the context manager it is (like anyio.fail_after)
+    """Set the deadline for a block: a `Deadline`, or seconds from now. Earliest wins.
+
+    Works as `with` and `async with`. Both set the contextvar for the block and restore it on exit.
+    In async code the block is also cancelled at the deadline (an anyio cancel scope), and
+    `DeadlineExceeded` is raised on leaving it, like `anyio.fail_after`; the caller's own
+    `TimeoutError` or `CancelledError` pass through untouched. Sync code cannot be interrupted:
+    use `check()` in loops and `client_timeout()` for I/O.
+
+    `None` opens a scope that adds no deadline (the enclosing one stays in force).
+
+    Raises:
+        TypeError, ValueError: `deadline` is not a `Deadline` or a finite number of seconds >= 0.
+        DeadlineExceeded: (async) the block was cancelled at the deadline.
+    """
+
+    __slots__ = ("_cancel", "_frame", "_name", "_requested", "_token")
+
+    def __init__(self, deadline: Deadline | float | None, *, name: str | None = None) -> None:
+        self._requested = _coerce(deadline, "deadline")
+        self._name = name
+        self._frame: ScopeFrame | None = None
+        self._token: Token[tuple[ScopeFrame, ...]] | None = None
+        self._cancel: anyio.CancelScope | None = None
+
+    @property
+    def deadline(self) -> Deadline | None:
+        """The deadline in force inside the block (after entering)."""
+        return self._frame.effective if self._frame else current_deadline()
+
+    def _enter(self) -> Deadline | None:
+        if self._token is not None:
+            raise RuntimeError("this deadline_scope is already entered")
+        frames = _SCOPES.get()
+        outer = frames[-1].effective if frames else None
+        if self._requested is None:
+            self._token = _SCOPES.set(frames)
+            return outer
+        effective = self._requested.earliest(outer)
+        self._frame = ScopeFrame(self._name, self._requested, effective)
+        self._token = _SCOPES.set((*frames, self._frame))
+        return effective
+
+    def _reset(self) -> None:
+        if self._token is not None:
+            _SCOPES.reset(self._token)
+            self._token = None
+
+    def __enter__(self) -> Deadline | None:
+        return self._enter()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._reset()
+
+    async def __aenter__(self) -> Deadline | None:
+        effective = self._enter()
+        if effective is not None:
+            self._cancel = anyio.CancelScope(deadline=anyio.current_time() + effective.remaining())
+            self._cancel.__enter__()
+        return effective
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        cancel, self._cancel = self._cancel, None
+        frames = _SCOPES.get()
+        try:
+            swallowed = bool(cancel.__exit__(exc_type, exc, tb)) if cancel is not None else False
+        finally:
+            self._reset()
+        if cancel is not None and cancel.cancelled_caught:
+            d = self._frame.effective if self._frame else None
+            raise DeadlineExceeded(
+                f"deadline exceeded in {self._name}" if self._name else "deadline exceeded",
+                deadline=d,
+                step=self._name,
+                scopes=frames,
+            ) from None
+        return swallowed
+
+    def __repr__(self) -> str:
+        return f"deadline_scope({self._requested!r}, name={self._name!r})"

@@ -1,0 +1,345 @@
+"""`with_deadlines`: put one deadline on every run of an existing graph, and say how it ended."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+import anyio
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphDrained, GraphRecursionError
+from langgraph.graph import StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command, Overwrite
+
+from ._context import current_deadline
+from ._deadline import Deadline, earliest
+from ._errors import DeadlineExceeded
+from ._node import DRAIN_REASON, budgeted
+from ._records import Outcome, StepRecord, StepStatus, Terminal
+from ._state import deadline_from_state, deadline_input
+from ._step import RUN_KEY, RunTracker
+from ._validate import check_cap, check_seconds
+
+__all__ = ["DeadlineGraph", "terminal_of", "with_deadlines"]
+
+log = logging.getLogger("langgraph_deadline")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Settings:
+    timeout: float | None
+    reserve: float
+    has_fields: bool
+
+
+def with_deadlines(
+    graph: StateGraph[Any, Any, Any, Any] | CompiledStateGraph[Any, Any, Any, Any],
+    *,
+    timeout: float | None = None,
+    caps: Mapping[str, float | None] | None = None,
+    min_viable: Mapping[str, float] | None = None,
+    reserve: float = 0.0,
+    default_cap: float | None = None,
+    checkpointer: Any = None,
+    store: Any = None,
+) -> DeadlineGraph:
+    """Compile `graph` (a `StateGraph` builder or a compiled graph, left untouched) with every
+    node budgeted and one deadline per run.
+
+    Each run's deadline is the earliest of: the input's `deadline`, the deadline in context
+    (`deadline_scope` around the call) and `timeout` seconds from the call. Resuming a run
+    (`None` or a `Command` as input) keeps the checkpointed deadline; a `Command(update=
+    deadline_input(s))` grants a new one. `ainvoke` also cancels the whole run at the deadline.
+
+    How the caller learns the terminal:
+    - state with `DeadlineState` fields: the returned state's `deadline_outcome`
+      (`COMPLETED` when the run finished; the outcome is also in the checkpoint when it ended early);
+    - state without them: `DeadlineExceeded` is raised, with `.outcome` and the partial `.state`.
+    Recursion limits, failures and cancellation raise as LangGraph raises them (`terminal_of`).
+
+    Raises:
+        ValueError: a name in `caps` or `min_viable` is not a node; a bad number.
+        TypeError: `graph` is not a `StateGraph` or a compiled one.
+    """
+    timeout_s = check_cap(timeout, "timeout")
+    reserve_s = check_seconds(reserve, "reserve")
+    default_cap_s = check_cap(default_cap, "default_cap")
+    caps = dict(caps or {})
+    mins = dict(min_viable or {})
+
+    compile_kwargs: dict[str, Any] = {}
+    if isinstance(graph, CompiledStateGraph):
+        builder = graph.builder
+        compile_kwargs = {
+            "checkpointer": graph.checkpointer,
+            "store": graph.store,
+            "cache": graph.cache,
+            "interrupt_before": graph.interrupt_before_nodes or None,
+            "interrupt_after": graph.interrupt_after_nodes or None,
+            "debug": graph.debug,
+            "name": graph.name,
+        }
+    elif isinstance(graph, StateGraph):
+        builder = graph
+    else:
+        raise TypeError(
+            f"with_deadlines() needs a StateGraph or a compiled graph, got {type(graph).__name__}"
+        )
+    if checkpointer is not None:
+        compile_kwargs["checkpointer"] = checkpointer
+    if store is not None:
+        compile_kwargs["store"] = store
+
+    for table, label in ((caps, "caps"), (mins, "min_viable")):
+        unknown = sorted(set(table) - set(builder.nodes))
+        if unknown:
+            raise ValueError(f"{label} names unknown nodes {unknown}; nodes are {sorted(builder.nodes)}")
+    for node, value in caps.items():
+        caps[node] = check_cap(value, f"caps[{node!r}]")
+    for node, value in mins.items():
+        mins[node] = check_seconds(value, f"min_viable[{node!r}]")
+
+    wrapped = copy.copy(builder)
+    wrapped.nodes = {
+        name: spec
+        if spec.is_error_handler
+        else dataclasses.replace(
+            spec,
+            runnable=budgeted(
+                spec.runnable,
+                cap=caps.get(name, default_cap_s),
+                min_viable=mins.get(name, 0.0),
+                name=name,
+            ),
+        )
+        for name, spec in builder.nodes.items()
+    }
+    compiled = wrapped.compile(**compile_kwargs)
+    has_fields = {"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels)
+    compiled.__class__ = DeadlineGraph
+    compiled.__dict__["_lgd_settings"] = _Settings(timeout_s, reserve_s, has_fields)
+    return compiled  # type: ignore[return-value]
+
+
+class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
+    """A compiled graph whose runs each carry one deadline. Made by `with_deadlines`."""
+
+    _lgd_settings: _Settings
+
+    def __init__(self, *args: Any, _lgd_settings: _Settings | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if _lgd_settings is not None:
+            self._lgd_settings = _lgd_settings
+
+    # -- entry --------------------------------------------------------------------------------
+
+    def _start(
+        self, input: Any, config: RunnableConfig | None
+    ) -> tuple[RunTracker, Any, RunnableConfig]:
+        cfg: RunnableConfig = dict(config or {})  # type: ignore[assignment]
+        existing = cfg.get("configurable", {}).get(RUN_KEY)
+        if isinstance(existing, RunTracker) and existing.entry is self:
+            existing.entry = None  # ainvoke prepared this run; astream goes on with it
+            return existing, input, cfg
+        settings = self._lgd_settings
+        given = _deadline_given(input)
+        if input is None or isinstance(input, Command):
+            d = earliest(given, current_deadline())
+        else:
+            timeout = None if settings.timeout is None else Deadline.after(settings.timeout)
+            d = earliest(given, current_deadline(), timeout)
+            if settings.has_fields and isinstance(input, Mapping):
+                fresh = (
+                    deadline_input(d)
+                    if d is not None
+                    else {"deadline_outcome": None, "deadline_trace": Overwrite([])}
+                )
+                input = {**input, **fresh}
+        run = RunTracker(deadline=d, reserve=settings.reserve)
+        cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
+        return run, input, cfg
+
+    # -- streaming ----------------------------------------------------------------------------
+
+    def stream(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
+        run, input, cfg = self._start(input, config)
+        mode = kwargs.get("stream_mode", self.stream_mode)
+        try:
+            for chunk in super().stream(input, cfg, **kwargs):
+                _note(run, chunk, mode)
+                yield chunk
+        except GraphDrained as exc:
+            if exc.reason != DRAIN_REASON:
+                raise
+            self._drained(run)
+
+    async def astream(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        run, input, cfg = self._start(input, config)
+        mode = kwargs.get("stream_mode", self.stream_mode)
+        try:
+            async for chunk in super().astream(input, cfg, **kwargs):
+                _note(run, chunk, mode)
+                yield chunk
+        except GraphDrained as exc:
+            if exc.reason != DRAIN_REASON:
+                raise
+            self._drained(run)
+
+    def _drained(self, run: RunTracker) -> None:
+        """The run drained after a step ran out of budget. Graphs without deadline fields raise."""
+        if self._lgd_settings.has_fields:
+            return
+        outcome = _outcome_from(run, None)
+        raise DeadlineExceeded(outcome.reason, deadline=run.deadline, step=outcome.step,
+                               outcome=outcome, state=run.latest)
+
+    # -- invoke -------------------------------------------------------------------------------
+
+    def invoke(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Any:
+        run, input, cfg = self._start(input, config)
+        run.entry = self
+        return self._completed(super().invoke(input, cfg, **kwargs), run)
+
+    async def ainvoke(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Any:
+        """Like `CompiledStateGraph.ainvoke`; also cancels the whole run at its deadline."""
+        run, input, cfg = self._start(input, config)
+        if run.deadline is None and (input is None or isinstance(input, Command)):
+            run.deadline = await self._checkpointed_deadline(cfg)
+        run.entry = self
+        if run.deadline is None:
+            return self._completed(await super().ainvoke(input, cfg, **kwargs), run)
+        scope = anyio.CancelScope()
+
+        def fire() -> None:
+            run.fire_backstop()
+            scope.cancel()
+
+        handle = asyncio.get_running_loop().call_later(run.deadline.remaining(), fire)
+        try:
+            with scope:
+                result = await super().ainvoke(input, cfg, **kwargs)
+        finally:
+            handle.cancel()
+        if scope.cancelled_caught:
+            return await self._backstop(run, cfg)
+        return self._completed(result, run)
+
+    async def _checkpointed_deadline(self, cfg: RunnableConfig) -> Deadline | None:
+        if self.checkpointer is None or not cfg.get("configurable", {}).get("thread_id"):
+            return None
+        snapshot = await self.aget_state(cfg)
+        return deadline_from_state(snapshot.values)
+
+    async def _backstop(self, run: RunTracker, cfg: RunnableConfig) -> Any:
+        """The run's deadline passed with work in flight: it was cancelled as a whole."""
+        outcome = _outcome_from(run, "the run's deadline passed with steps in flight")
+        closed = [r for r in run.records if r.cancel_source == "run_deadline"]
+        if self._lgd_settings.has_fields:
+            update = {"deadline_outcome": outcome, "deadline_trace": closed}
+            if self.checkpointer is not None and cfg.get("configurable", {}).get("thread_id"):
+                try:
+                    clean = {**cfg, "configurable": {
+                        k: v for k, v in cfg["configurable"].items() if k != RUN_KEY}}
+                    await self.aupdate_state(clean, update, as_node=_last_node(closed, self))
+                except Exception:  # the caller still gets the outcome
+                    log.warning("could not write the deadline outcome to the checkpoint",
+                                exc_info=True)
+            latest = run.latest if isinstance(run.latest, Mapping) else {}
+            trace = [*latest.get("deadline_trace", []), *closed]
+            return {**latest, "deadline_outcome": outcome, "deadline_trace": trace}
+        raise DeadlineExceeded(outcome.reason, deadline=run.deadline, step=outcome.step,
+                               outcome=outcome, state=run.latest)
+
+    def _completed(self, result: Any, run: RunTracker) -> Any:
+        if (
+            self._lgd_settings.has_fields
+            and isinstance(result, dict)
+            and result.get("deadline_outcome") is None
+            and "__interrupt__" not in result
+        ):
+            elapsed = (run.clock_now() - run.started) * 1000.0
+            result = {**result, "deadline_outcome": Outcome(
+                terminal=Terminal.COMPLETED, elapsed_ms=round(elapsed, 3))}
+        return result
+
+
+def _deadline_given(input: Any) -> Deadline | None:
+    update = input.update if isinstance(input, Command) else input
+    if not isinstance(update, Mapping):
+        return None
+    value = update.get("deadline")
+    if isinstance(value, Overwrite):
+        value = value.value
+    return deadline_from_state({"deadline": value})
+
+
+def _note(run: RunTracker, chunk: Any, mode: Any) -> None:
+    """Keep the latest full state seen in the stream, for a run that must end early."""
+    if mode == "values":
+        if isinstance(chunk, dict) and chunk.get("type") == "values" and "data" in chunk:
+            if not chunk.get("ns"):
+                run.latest = chunk["data"]
+        else:
+            run.latest = chunk
+    elif isinstance(chunk, tuple):
+        if len(chunk) == 2 and chunk[0] == "values":
+            run.latest = chunk[1]
+        elif len(chunk) == 3 and chunk[1] == "values" and not chunk[0]:
+            run.latest = chunk[2]
+    elif isinstance(chunk, dict) and chunk.get("type") == "values" and not chunk.get("ns"):
+        run.latest = chunk.get("data")
+
+
+def _outcome_from(run: RunTracker, default_reason: str | None) -> Outcome:
+    ended = [
+        r for r in run.records
+        if r.status in (StepStatus.SKIPPED, StepStatus.TIMED_OUT, StepStatus.ABANDONED)
+    ]
+    steps = sorted({r.name for r in ended})
+    step = ", ".join(steps) if steps else None
+    if default_reason is None:
+        default_reason = f"{step} ran out of budget" if step else "the deadline passed"
+    elapsed = (run.clock_now() - run.started) * 1000.0
+    return Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step=step, reason=default_reason,
+                   elapsed_ms=round(elapsed, 3))
+
+
+def _last_node(records: list[StepRecord], graph: CompiledStateGraph[Any, Any, Any, Any]) -> str | None:
+    for rec in reversed(records):
+        if rec.name in graph.builder.nodes:
+            return rec.name
+    return None
+
+
+def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal:
+    """The `Terminal` of a run, from what `invoke` returned or the exception it raised.
+
+    `DeadlineExceeded` → `DEADLINE_EXCEEDED`; a cancellation → `CANCELLED`; LangGraph's
+    recursion limit → `STEP_LIMIT`; any other exception → `FAILED`; a returned state → its
+    `deadline_outcome`, or `COMPLETED`.
+    """
+    if result is None:
+        return Terminal.COMPLETED
+    if isinstance(result, DeadlineExceeded):
+        return result.outcome.terminal
+    if isinstance(result, asyncio.CancelledError | anyio.get_cancelled_exc_class()):
+        return Terminal.CANCELLED
+    if isinstance(result, GraphRecursionError):
+        return Terminal.STEP_LIMIT
+    if isinstance(result, BaseException):
+        return Terminal.FAILED
+    outcome = result.get("deadline_outcome")
+    return outcome.terminal if isinstance(outcome, Outcome) else Terminal.COMPLETED

@@ -1,0 +1,332 @@
+"""`budgeted`: give a LangGraph node only what is left of the run's deadline."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar, overload
+
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langgraph.runtime import Runtime, get_runtime
+from langgraph.types import Command
+
+from ._records import Outcome, StepRecord, StepStatus, Terminal
+from ._state import deadline_from_state
+from ._step import Plan, RunTracker, StepResult, plan_step, run_async, run_from_config, run_sync
+from ._validate import check_cap, check_seconds
+
+__all__ = ["budgeted"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_INJECTABLE = ("config", "runtime", "store", "writer", "previous")
+DRAIN_REASON = "deadline_exceeded"
+
+
+@overload
+def budgeted(
+    node: F,
+    cap: float | None = None,
+    min_viable: float = 0.0,
+    name: str | None = None,
+    *,
+    reserve: float | None = None,
+) -> F: ...
+
+
+@overload
+def budgeted(
+    node: Runnable[Any, Any],
+    cap: float | None = None,
+    min_viable: float = 0.0,
+    name: str | None = None,
+    *,
+    reserve: float | None = None,
+) -> Runnable[Any, Any]: ...
+
+
+@overload
+def budgeted(
+    node: None = None,
+    cap: float | None = None,
+    min_viable: float = 0.0,
+    name: str | None = None,
+    *,
+    reserve: float | None = None,
+) -> Callable[[F], F]: ...
+
+
+def budgeted(
+    node: Any = None,
+    cap: float | None = None,
+    min_viable: float = 0.0,
+    name: str | None = None,
+    *,
+    reserve: float | None = None,
+) -> Any:
+    """Run a node with budget `min(cap, remaining - reserve)` of the run's deadline.
+
+    Below `min_viable` the node body never runs: the run ends with `deadline_exceeded` (no I/O).
+    Otherwise the body runs inside a cancel scope of its budget with the deadline in context, so
+    httpx calls, model clients, tools and sub-graphs below it see the step's budget. When the
+    budget runs out the body is cancelled (async) or abandoned (sync: a thread cannot be killed),
+    the outcome and the step record are written to state (for `DeadlineState` graphs) and the run
+    drains: no further node body runs. Works for sync and async functions (keeping LangGraph's
+    injection of `config`, `runtime`, `store`, `writer`) and for runnables (`ToolNode`, sub-graphs).
+
+    Use as `budgeted(node, cap=2.0)` or as `@budgeted(cap=2.0)`. `reserve` defaults to the run's.
+
+    Raises:
+        TypeError, ValueError: `cap`, `min_viable` or `reserve` is not a finite number >= 0.
+        DeadlineExceeded: from the node, when the graph state has no deadline fields.
+    """
+    cap_s = check_cap(cap, "cap")
+    min_s = check_seconds(min_viable, "min_viable")
+    res_s = None if reserve is None else check_seconds(reserve, "reserve")
+    if node is None:
+        return lambda fn: _wrap(fn, cap_s, min_s, name, res_s)
+    return _wrap(node, cap_s, min_s, name, res_s)
+
+
+def _wrap(node: Any, cap: float | None, min_viable: float, name: str | None, reserve: float | None) -> Any:
+    if getattr(node, "__langgraph_deadline__", False):
+        return node
+    if isinstance(node, Runnable):
+        return _wrap_runnable(node, cap, min_viable, name, reserve)
+    if not callable(node):
+        raise TypeError(f"budgeted() needs a function or a Runnable, got {type(node).__name__}")
+    return _wrap_function(node, cap, min_viable, name, reserve)
+
+
+# -- the shared policy ----------------------------------------------------------------------------
+
+
+def _plan(
+    name: str,
+    state: Any,
+    cap: float | None,
+    min_viable: float,
+    reserve: float | None,
+    run: RunTracker | None,
+    *,
+    sync: bool,
+) -> Plan:
+    try:
+        attempt = get_runtime().execution_info.node_attempt
+    except Exception:  # outside a graph run (a direct call in a test)
+        attempt = 1
+    return plan_step(
+        name,
+        "node",
+        cap=cap,
+        min_viable=min_viable,
+        reserve=reserve,
+        deadline=deadline_from_state(state),
+        attempt=attempt,
+        run=run,
+        sync=sync,
+    )
+
+
+def _already_ended(state: Any) -> bool:
+    if not isinstance(state, Mapping):
+        return False
+    outcome = state.get("deadline_outcome")
+    return isinstance(outcome, Outcome) and outcome.terminal is not Terminal.COMPLETED
+
+
+def _has_fields(state: Any) -> bool:
+    return isinstance(state, Mapping) and "deadline_trace" in state
+
+
+def _drain() -> None:
+    try:
+        control = get_runtime().control
+    except Exception:
+        return
+    if control is not None:
+        control.request_drain(DRAIN_REASON)
+
+
+def _ended(state: Any, result: StepResult[Any]) -> Any:
+    """The node's answer when its budget ran out: the outcome in state, or the error."""
+    rec = result.record
+    _drain()
+    if rec.status is StepStatus.SKIPPED:
+        reason = (
+            f"{rec.name} not started: budget {rec.allocated_ms} ms below min_viable"
+            if rec.allocated_ms
+            else f"{rec.name} not started: no time left"
+        )
+    elif rec.status is StepStatus.ABANDONED:
+        reason = f"{rec.name} overran its budget of {rec.allocated_ms} ms (sync work abandoned)"
+    else:
+        reason = f"{rec.name} cancelled at its budget of {rec.allocated_ms} ms"
+    outcome = Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step=rec.name, reason=reason)
+    if _has_fields(state):
+        return {"deadline_outcome": outcome, "deadline_trace": [rec]}
+    from ._errors import DeadlineExceeded
+
+    err = result.error
+    if isinstance(err, DeadlineExceeded):
+        err.outcome = outcome
+        raise err
+    raise DeadlineExceeded(reason, step=rec.name, outcome=outcome)
+
+
+def _skipped(plan: Plan, state: Any, run: RunTracker | None) -> Any:
+    record = plan.record(StepStatus.SKIPPED)
+    if run is not None:
+        run.records.append(record)
+    return _ended(state, StepResult(record))
+
+
+def _finish(state: Any, result: StepResult[Any]) -> Any:
+    status = result.status
+    if status is StepStatus.COMPLETED:
+        return _with_record(result.value, result.record, state)
+    if status in (StepStatus.TIMED_OUT, StepStatus.ABANDONED):
+        return _ended(state, result)
+    assert result.error is not None
+    raise result.error
+
+
+def _with_record(value: Any, rec: StepRecord, state: Any) -> Any:
+    """Append the step record to the node's own update, when the state has a trace field."""
+    if not _has_fields(state):
+        return value
+    if value is None:
+        return {"deadline_trace": [rec]}
+    if isinstance(value, dict) and "deadline_trace" not in value:
+        return {**value, "deadline_trace": [rec]}
+    if isinstance(value, Command) and isinstance(value.update, dict | None):
+        update = dict(value.update or {})
+        update.setdefault("deadline_trace", [rec])
+        return Command(
+            graph=value.graph, update=update, resume=value.resume, goto=value.goto
+        )
+    return value
+
+
+# -- functions ------------------------------------------------------------------------------------
+
+
+def _wrap_function(
+    fn: Callable[..., Any], cap: float | None, min_viable: float, name: str | None, reserve: float | None
+) -> Any:
+    step = name or getattr(fn, "__name__", "node")
+    params = inspect.signature(fn).parameters
+    wants = tuple(k for k in _INJECTABLE if k in params)
+
+    def kwargs_for(config: RunnableConfig, runtime: Runtime[Any]) -> dict[str, Any]:
+        found = {
+            "config": config,
+            "runtime": runtime,
+            "store": getattr(runtime, "store", None),
+            "writer": getattr(runtime, "stream_writer", None),
+            "previous": getattr(runtime, "previous", None),
+        }
+        return {k: found[k] for k in wants}
+
+    wrapper: Callable[..., Any]
+    if inspect.iscoroutinefunction(fn):
+
+        async def async_wrapper(state: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+            if _already_ended(state):
+                return None
+            run = run_from_config(config)
+            plan = _plan(step, state, cap, min_viable, reserve, run, sync=False)
+            if plan.skip:
+                return _skipped(plan, state, run)
+            kwargs = kwargs_for(config, runtime)
+            result = await run_async(plan, lambda: fn(state, **kwargs), run=run)
+            return _finish(state, result)
+
+        wrapper = async_wrapper
+    else:
+
+        def sync_wrapper(state: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
+            if _already_ended(state):
+                return None
+            run = run_from_config(config)
+            plan = _plan(step, state, cap, min_viable, reserve, run, sync=True)
+            if plan.skip:
+                return _skipped(plan, state, run)
+            kwargs = kwargs_for(config, runtime)
+            result = run_sync(plan, lambda: fn(state, **kwargs), run=run)
+            return _finish(state, result)
+
+        wrapper = sync_wrapper
+
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        with _suppress():
+            setattr(wrapper, attr, getattr(fn, attr))
+    wrapper.__signature__ = _signature(fn)  # type: ignore[attr-defined]
+    wrapper.__langgraph_deadline__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """(state: <the node's own state annotation>, config, runtime): keeps LangGraph's input schema."""
+    first = next(iter(inspect.signature(fn).parameters.values()), None)
+    annotation: Any = inspect.Parameter.empty
+    if first is not None:
+        try:
+            annotation = typing.get_type_hints(fn).get(first.name, inspect.Parameter.empty)
+        except Exception:
+            annotation = first.annotation
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    return inspect.Signature(
+        [
+            inspect.Parameter("state", kind, annotation=annotation),
+            inspect.Parameter("config", kind, annotation=RunnableConfig),
+            inspect.Parameter("runtime", kind, annotation=Runtime),
+        ]
+    )
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return True
+
+
+# -- runnables ------------------------------------------------------------------------------------
+
+
+def _wrap_runnable(
+    runnable: Runnable[Any, Any],
+    cap: float | None,
+    min_viable: float,
+    name: str | None,
+    reserve: float | None,
+) -> Runnable[Any, Any]:
+    step = name or runnable.get_name()
+    sync_only = getattr(runnable, "afunc", True) is None and getattr(runnable, "func", None) is not None
+
+    def invoke(state: Any, config: RunnableConfig) -> Any:
+        if _already_ended(state):
+            return None
+        run = run_from_config(config)
+        plan = _plan(step, state, cap, min_viable, reserve, run, sync=True)
+        if plan.skip:
+            return _skipped(plan, state, run)
+        body = functools.partial(runnable.invoke, state, config)
+        return _finish(state, run_sync(plan, body, run=run))
+
+    async def ainvoke(state: Any, config: RunnableConfig) -> Any:
+        if _already_ended(state):
+            return None
+        run = run_from_config(config)
+        plan = _plan(step, state, cap, min_viable, reserve, run, sync=sync_only)
+        if plan.skip:
+            return _skipped(plan, state, run)
+        body: Callable[[], Awaitable[Any]] = functools.partial(runnable.ainvoke, state, config)
+        return _finish(state, await run_async(plan, body, run=run))
+
+    wrapped = RunnableLambda(invoke, afunc=ainvoke, name=step)
+    object.__setattr__(wrapped, "__langgraph_deadline__", True)
+    return wrapped

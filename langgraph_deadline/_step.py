@@ -1,0 +1,274 @@
+"""One step's life: plan its budget at start, run it under that budget, record how it ended.
+
+Shared by nodes (and by tools, model calls and HTTP requests built on it): the arithmetic and
+the cancellation live here once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Generic, TypeVar
+
+import anyio
+
+from ._context import current_deadline, deadline_scope
+from ._deadline import Deadline, earliest
+from ._errors import DeadlineExceeded
+from ._records import StepKind, StepRecord, StepStatus
+
+__all__ = [
+    "RUN_KEY",
+    "Plan",
+    "RunTracker",
+    "StepResult",
+    "plan_step",
+    "run_async",
+    "run_from_config",
+    "run_sync",
+]
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class RunTracker:
+    """Mutable, run-scoped bookkeeping shared by every step of one run (through a contextvar)."""
+
+    deadline: Deadline | None
+    reserve: float = 0.0
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    records: list[StepRecord] = dataclasses.field(default_factory=list)
+    in_flight: dict[int, Plan] = dataclasses.field(default_factory=dict)
+    backstop_fired: bool = False
+    latest: Any = None
+    entry: object = None  # the graph whose ainvoke prepared this run, until its astream starts
+
+    def clock_now(self) -> float:
+        return time.monotonic()
+
+    def close(self, key: int, record: StepRecord) -> None:
+        """Record a step once: after the backstop has closed a step, its late record is dropped."""
+        if self.in_flight.pop(key, None) is None and self.backstop_fired:
+            return
+        self.records.append(record)
+
+    def fire_backstop(self) -> list[StepRecord]:
+        """The run's own deadline hit: close every step still in flight; return their records."""
+        self.backstop_fired = True
+        closed = []
+        for plan in self.in_flight.values():
+            status = StepStatus.ABANDONED if plan.sync else StepStatus.TIMED_OUT
+            closed.append(plan.record(status, cancel_source="run_deadline"))
+        self.in_flight.clear()
+        self.records.extend(closed)
+        return closed
+
+
+RUN_KEY: Final = "__langgraph_deadline_run"
+
+
+def run_from_config(config: Mapping[str, Any] | None) -> RunTracker | None:
+    """The run's tracker, carried in `config["configurable"]` (a dunder key: never checkpointed)."""
+    if not config:
+        return None
+    run = config.get("configurable", {}).get(RUN_KEY)
+    return run if isinstance(run, RunTracker) else None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Plan:
+    """A step's budget, decided once when it starts. `budget` None: no deadline and no cap."""
+
+    name: str
+    kind: StepKind
+    attempt: int
+    deadline: Deadline | None
+    remaining: float | None
+    cap: float | None
+    budget: float | None
+    min_viable: float
+    started: float
+    sync: bool = False
+
+    @property
+    def skip(self) -> bool:
+        """True when the step must not start: a deadline is in force and the budget is too small."""
+        if self.budget is None:
+            return False
+        return self.budget <= 0.0 or self.budget < self.min_viable
+
+    @property
+    def clamped(self) -> bool:
+        """True when the run's deadline (not the step's cap) set the budget."""
+        if self.budget is None or self.deadline is None:
+            return False
+        return self.cap is None or self.budget < self.cap
+
+    def step_deadline(self) -> Deadline | None:
+        if self.budget is None:
+            return None
+        d = Deadline.after(self.budget, clock=self.deadline.clock if self.deadline else None)
+        return d.earliest(self.deadline)
+
+    def record(
+        self,
+        status: StepStatus,
+        *,
+        side_effect_started: bool = False,
+        cancel_source: str | None = None,
+    ) -> StepRecord:
+        return StepRecord(
+            name=self.name,
+            kind=self.kind,
+            attempt=self.attempt,
+            remaining_ms=_ms(self.remaining),
+            requested_ms=_ms(self.cap),
+            allocated_ms=_ms(self.budget),
+            clamped=self.clamped,
+            elapsed_ms=(time.monotonic() - self.started) * 1000.0,
+            status=status,
+            side_effect_started=side_effect_started,
+            cancel_source=cancel_source,
+        )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 3)
+
+
+def plan_step(
+    name: str,
+    kind: StepKind,
+    *,
+    cap: float | None,
+    min_viable: float,
+    reserve: float | None = None,
+    deadline: Deadline | None = None,
+    attempt: int = 1,
+    run: RunTracker | None = None,
+    sync: bool = False,
+) -> Plan:
+    """Decide a step's budget now: `min(cap, remaining - reserve)` against every known deadline.
+
+    The deadline is the earliest of the one given (from state), the one in context and the run's.
+    """
+    d = earliest(deadline, current_deadline(), run.deadline if run else None)
+    res = reserve if reserve is not None else (run.reserve if run else 0.0)
+    if d is None:
+        left = None
+        budget = cap
+    else:
+        left = d.remaining()
+        budget = d.budget(cap, res)
+    return Plan(name, kind, attempt, d, left, cap, budget, min_viable, time.monotonic(), sync)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepResult(Generic[T]):
+    """How a step ran: its record, and its value or error (exactly one when completed/failed)."""
+
+    record: StepRecord
+    value: T | None = None
+    error: BaseException | None = None
+
+    @property
+    def status(self) -> StepStatus:
+        return self.record.status
+
+
+async def run_async(
+    plan: Plan, body: Callable[[], Awaitable[T]], *, run: RunTracker | None = None
+) -> StepResult[T]:
+    """Run an async step under its budget; a cut step is cancelled (its I/O closes).
+
+    A plan made with `sync=True` marks a body that waits on a thread (a sync function run in an executor): cutting
+    it stops the waiting, not the thread, so it is recorded as `abandoned`.
+    Caller cancellation is recorded as `cancelled` and re-raised; the step's own errors are
+    returned, never rewritten.
+    """
+    sync = plan.sync
+    key = id(plan)
+    if run is not None:
+        run.in_flight[key] = plan
+    try:
+        if plan.budget is None:
+            value = await body()
+        else:
+            async with deadline_scope(plan.step_deadline(), name=plan.name):
+                value = await body()
+    except DeadlineExceeded as exc:
+        if exc.step != plan.name:
+            # Raised by something below this step (an inner scope, a client): the step failed.
+            return _finish(run, key, StepResult(plan.record(StepStatus.FAILED), error=exc))
+        status = StepStatus.ABANDONED if sync else StepStatus.TIMED_OUT
+        source = "run_deadline" if plan.clamped else "step_cap"
+        return _finish(run, key, StepResult(plan.record(status, cancel_source=source), error=exc))
+    except anyio.get_cancelled_exc_class():
+        if run is not None and run.backstop_fired:
+            status = StepStatus.ABANDONED if sync else StepStatus.TIMED_OUT
+            _finish(run, key, StepResult(plan.record(status, cancel_source="run_deadline")))
+        else:
+            _finish(run, key, StepResult(plan.record(StepStatus.CANCELLED, cancel_source="caller")))
+        raise
+    except Exception as exc:
+        return _finish(run, key, StepResult(plan.record(StepStatus.FAILED), error=exc))
+    return _finish(run, key, StepResult(plan.record(StepStatus.COMPLETED), value=value))
+
+
+def run_sync(plan: Plan, body: Callable[[], T], *, run: RunTracker | None = None) -> StepResult[T]:
+    """Run a sync step under its budget. A thread cannot be killed: past its budget the step is
+    left running in its own thread, recorded as `abandoned`, and the caller goes on in time.
+    """
+    key = id(plan)
+    if plan.budget is None:
+        try:
+            value = body()
+        except Exception as exc:
+            return _finish(run, key, StepResult(plan.record(StepStatus.FAILED), error=exc))
+        return _finish(run, key, StepResult(plan.record(StepStatus.COMPLETED), value=value))
+
+    if run is not None:
+        run.in_flight[key] = plan
+    box: dict[str, Any] = {}
+    done = threading.Event()
+    step_deadline = plan.step_deadline()
+
+    def target() -> None:
+        try:
+            with deadline_scope(step_deadline, name=plan.name):
+                box["value"] = body()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+
+    ctx = contextvars.copy_context()
+    thread = threading.Thread(
+        target=ctx.run, args=(target,), name=f"langgraph-deadline:{plan.name}", daemon=True
+    )
+    thread.start()
+    if not done.wait(plan.budget):
+        exc = DeadlineExceeded(
+            f"deadline exceeded in {plan.name} (sync work abandoned, still running)",
+            deadline=step_deadline,
+            step=plan.name,
+        )
+        source = "run_deadline" if plan.clamped else "step_cap"
+        rec = plan.record(StepStatus.ABANDONED, cancel_source=source)
+        return _finish(run, key, StepResult(rec, error=exc))
+    if "error" in box:
+        err = box["error"]
+        if isinstance(err, Exception):
+            return _finish(run, key, StepResult(plan.record(StepStatus.FAILED), error=err))
+        raise err
+    return _finish(run, key, StepResult(plan.record(StepStatus.COMPLETED), value=box["value"]))
+
+
+def _finish(run: RunTracker | None, key: int, result: StepResult[T]) -> StepResult[T]:
+    if run is not None:
+        run.close(key, result.record)
+    return result
