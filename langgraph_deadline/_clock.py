@@ -1,4 +1,4 @@
-"""Clocks: a monotonic one for arithmetic inside a process, a wall one for the wire and checkpoints."""
+"""Clocks: monotonic for arithmetic inside a process, wall for the wire and for checkpoints."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ __all__ = ["Clock", "ManualClock", "SYSTEM_CLOCK", "SystemClock"]
 
 @runtime_checkable
 class Clock(Protocol):
-    """What a `Deadline` needs to know about time: a monotonic reading and a wall reading, in seconds."""
+    """What a `Deadline` needs of time: a monotonic reading and a wall reading, in seconds."""
 
     def monotonic(self) -> float: ...
 

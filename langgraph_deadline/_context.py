@@ -6,6 +6,7 @@ copied contexts), so deep code (an httpx call, a model client) sees the deadline
 
 from __future__ import annotations
 
+import contextlib
 import math
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -29,6 +30,9 @@ __all__ = [
 _SCOPES: Final[ContextVar[tuple[ScopeFrame, ...]]] = ContextVar(
     "langgraph_deadline.scopes", default=()
 )
+
+
+_CHAIN: Final = "_langgraph_deadline_scopes"
 
 
 def current_deadline() -> Deadline | None:
@@ -90,7 +94,7 @@ def _coerce(value: Deadline | float | None, name: str) -> Deadline | None:
     return Deadline.after(check_seconds(value, name))
 
 
-class deadline_scope:  # noqa: N801 - reads like the context manager it is (like anyio.fail_after)
+class deadline_scope:
     """Set the deadline for a block: a `Deadline`, or seconds from now. Earliest wins.
 
     Works as `with` and `async with`. Both set the contextvar for the block and restore it on exit.
@@ -169,13 +173,21 @@ class deadline_scope:  # noqa: N801 - reads like the context manager it is (like
         finally:
             self._reset()
         if cancel is not None and cancel.cancelled_caught:
+            chain: tuple[ScopeFrame, ...] = getattr(exc, _CHAIN, frames)
             d = self._frame.effective if self._frame else None
+            # Name the scope whose own request set the deadline that fired, whichever caught it.
+            step = next((f.name for f in chain if f.requested is d), self._name)
             raise DeadlineExceeded(
-                f"deadline exceeded in {self._name}" if self._name else "deadline exceeded",
+                f"deadline exceeded in {step}" if step else "deadline exceeded",
                 deadline=d,
-                step=self._name,
-                scopes=frames,
+                step=step,
+                scopes=chain,
             ) from None
+        if exc is not None and not swallowed and not hasattr(exc, _CHAIN):
+            # A cancellation on its way to an enclosing scope: remember the full chain of open
+            # scopes, so the error raised there shows the inner ones too (and which were clamped).
+            with contextlib.suppress(AttributeError):
+                setattr(exc, _CHAIN, frames)
         return swallowed
 
     def __repr__(self) -> str:

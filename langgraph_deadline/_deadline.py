@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-
 from typing import Final, final
 
 from ._clock import SYSTEM_CLOCK, Clock
@@ -64,11 +63,13 @@ class Deadline:
 
         Raises:
             TypeError: not a number or a `datetime`.
-            ValueError: NaN, infinite, negative, absurdly far (after year 3000), or a naive datetime.
+            ValueError: NaN, infinite, negative, after year 3000, or a naive datetime.
         """
         if isinstance(timestamp, _dt.datetime):
             if timestamp.tzinfo is None:
-                raise ValueError("timestamp must be an aware datetime (with tzinfo), got a naive one")
+                raise ValueError(
+                    "timestamp must be an aware datetime (with tzinfo), got a naive one"
+                )
             wall = timestamp.timestamp()
         else:
             wall = check_seconds(timestamp, "timestamp")
@@ -184,5 +185,3 @@ def earliest(*deadlines: Deadline | None) -> Deadline | None:
         if d is not None and (best is None or d < best):
             best = d
     return best
-
-

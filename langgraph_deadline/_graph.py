@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 from langchain_core.runnables import RunnableConfig
-from langgraph.errors import GraphDrained, GraphRecursionError
+from langgraph.errors import GraphDrained, GraphRecursionError, NodeTimeoutError
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Overwrite
@@ -58,7 +58,7 @@ def with_deadlines(
 
     How the caller learns the terminal:
     - state with `DeadlineState` fields: the returned state's `deadline_outcome`
-      (`COMPLETED` when the run finished; the outcome is also in the checkpoint when it ended early);
+      (`COMPLETED` when the run finished; when it ended early, the checkpoint has it too);
     - state without them: `DeadlineExceeded` is raised, with `.outcome` and the partial `.state`.
     Recursion limits, failures and cancellation raise as LangGraph raises them (`terminal_of`).
 
@@ -98,7 +98,9 @@ def with_deadlines(
     for table, label in ((caps, "caps"), (mins, "min_viable")):
         unknown = sorted(set(table) - set(builder.nodes))
         if unknown:
-            raise ValueError(f"{label} names unknown nodes {unknown}; nodes are {sorted(builder.nodes)}")
+            raise ValueError(
+                f"{label} names unknown nodes {unknown}; nodes are {sorted(builder.nodes)}"
+            )
     for node, value in caps.items():
         caps[node] = check_cap(value, f"caps[{node!r}]")
     for node, value in mins.items():
@@ -166,7 +168,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     # -- streaming ----------------------------------------------------------------------------
 
-    def stream(  # type: ignore[override]
+    def stream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[Any]:
         run, input, cfg = self._start(input, config)
@@ -179,8 +181,12 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if exc.reason != DRAIN_REASON:
                 raise
             self._drained(run)
+        except DeadlineExceeded as exc:
+            if exc.state is None:
+                exc.state = run.latest
+            raise
 
-    async def astream(  # type: ignore[override]
+    async def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         run, input, cfg = self._start(input, config)
@@ -193,27 +199,32 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if exc.reason != DRAIN_REASON:
                 raise
             self._drained(run)
+        except DeadlineExceeded as exc:
+            if exc.state is None:
+                exc.state = run.latest
+            raise
 
     def _drained(self, run: RunTracker) -> None:
         """The run drained after a step ran out of budget. Graphs without deadline fields raise."""
         if self._lgd_settings.has_fields:
             return
         outcome = _outcome_from(run, None)
-        raise DeadlineExceeded(outcome.reason, deadline=run.deadline, step=outcome.step,
-                               outcome=outcome, state=run.latest)
+        raise DeadlineExceeded(
+            outcome.reason,
+            deadline=run.deadline,
+            step=outcome.step,
+            outcome=outcome,
+            state=run.latest,
+        )
 
     # -- invoke -------------------------------------------------------------------------------
 
-    def invoke(  # type: ignore[override]
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Any:
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         run, input, cfg = self._start(input, config)
         run.entry = self
         return self._completed(super().invoke(input, cfg, **kwargs), run)
 
-    async def ainvoke(  # type: ignore[override]
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Any:
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Like `CompiledStateGraph.ainvoke`; also cancels the whole run at its deadline."""
         run, input, cfg = self._start(input, config)
         if run.deadline is None and (input is None or isinstance(input, Command)):
@@ -251,17 +262,27 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             update = {"deadline_outcome": outcome, "deadline_trace": closed}
             if self.checkpointer is not None and cfg.get("configurable", {}).get("thread_id"):
                 try:
-                    clean = {**cfg, "configurable": {
-                        k: v for k, v in cfg["configurable"].items() if k != RUN_KEY}}
+                    clean: RunnableConfig = {
+                        **cfg,
+                        "configurable": {
+                            k: v for k, v in cfg["configurable"].items() if k != RUN_KEY
+                        },
+                    }
                     await self.aupdate_state(clean, update, as_node=_last_node(closed, self))
                 except Exception:  # the caller still gets the outcome
-                    log.warning("could not write the deadline outcome to the checkpoint",
-                                exc_info=True)
+                    log.warning(
+                        "could not write the deadline outcome to the checkpoint", exc_info=True
+                    )
             latest = run.latest if isinstance(run.latest, Mapping) else {}
             trace = [*latest.get("deadline_trace", []), *closed]
             return {**latest, "deadline_outcome": outcome, "deadline_trace": trace}
-        raise DeadlineExceeded(outcome.reason, deadline=run.deadline, step=outcome.step,
-                               outcome=outcome, state=run.latest)
+        raise DeadlineExceeded(
+            outcome.reason,
+            deadline=run.deadline,
+            step=outcome.step,
+            outcome=outcome,
+            state=run.latest,
+        )
 
     def _completed(self, result: Any, run: RunTracker) -> Any:
         if (
@@ -271,8 +292,12 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             and "__interrupt__" not in result
         ):
             elapsed = (run.clock_now() - run.started) * 1000.0
-            result = {**result, "deadline_outcome": Outcome(
-                terminal=Terminal.COMPLETED, elapsed_ms=round(elapsed, 3))}
+            result = {
+                **result,
+                "deadline_outcome": Outcome(
+                    terminal=Terminal.COMPLETED, elapsed_ms=round(elapsed, 3)
+                ),
+            }
         return result
 
 
@@ -305,7 +330,8 @@ def _note(run: RunTracker, chunk: Any, mode: Any) -> None:
 
 def _outcome_from(run: RunTracker, default_reason: str | None) -> Outcome:
     ended = [
-        r for r in run.records
+        r
+        for r in run.records
         if r.status in (StepStatus.SKIPPED, StepStatus.TIMED_OUT, StepStatus.ABANDONED)
     ]
     steps = sorted({r.name for r in ended})
@@ -313,11 +339,17 @@ def _outcome_from(run: RunTracker, default_reason: str | None) -> Outcome:
     if default_reason is None:
         default_reason = f"{step} ran out of budget" if step else "the deadline passed"
     elapsed = (run.clock_now() - run.started) * 1000.0
-    return Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step=step, reason=default_reason,
-                   elapsed_ms=round(elapsed, 3))
+    return Outcome(
+        terminal=Terminal.DEADLINE_EXCEEDED,
+        step=step,
+        reason=default_reason,
+        elapsed_ms=round(elapsed, 3),
+    )
 
 
-def _last_node(records: list[StepRecord], graph: CompiledStateGraph[Any, Any, Any, Any]) -> str | None:
+def _last_node(
+    records: list[StepRecord], graph: CompiledStateGraph[Any, Any, Any, Any]
+) -> str | None:
     for rec in reversed(records):
         if rec.name in graph.builder.nodes:
             return rec.name
@@ -327,7 +359,7 @@ def _last_node(records: list[StepRecord], graph: CompiledStateGraph[Any, Any, An
 def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal:
     """The `Terminal` of a run, from what `invoke` returned or the exception it raised.
 
-    `DeadlineExceeded` → `DEADLINE_EXCEEDED`; a cancellation → `CANCELLED`; LangGraph's
+    `DeadlineExceeded` and LangGraph's `NodeTimeoutError` → `DEADLINE_EXCEEDED`; a cancellation → `CANCELLED`; LangGraph's
     recursion limit → `STEP_LIMIT`; any other exception → `FAILED`; a returned state → its
     `deadline_outcome`, or `COMPLETED`.
     """
@@ -335,6 +367,8 @@ def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal:
         return Terminal.COMPLETED
     if isinstance(result, DeadlineExceeded):
         return result.outcome.terminal
+    if isinstance(result, NodeTimeoutError):  # LangGraph's own TimeoutPolicy: a step's cap
+        return Terminal.DEADLINE_EXCEEDED
     if isinstance(result, asyncio.CancelledError | anyio.get_cancelled_exc_class()):
         return Terminal.CANCELLED
     if isinstance(result, GraphRecursionError):

@@ -89,7 +89,9 @@ def budgeted(
     return _wrap(node, cap_s, min_s, name, res_s)
 
 
-def _wrap(node: Any, cap: float | None, min_viable: float, name: str | None, reserve: float | None) -> Any:
+def _wrap(
+    node: Any, cap: float | None, min_viable: float, name: str | None, reserve: float | None
+) -> Any:
     if getattr(node, "__langgraph_deadline__", False):
         return node
     if isinstance(node, Runnable):
@@ -113,9 +115,10 @@ def _plan(
     sync: bool,
 ) -> Plan:
     try:
-        attempt = get_runtime().execution_info.node_attempt
+        info = get_runtime().execution_info
     except Exception:  # outside a graph run (a direct call in a test)
-        attempt = 1
+        info = None
+    attempt = info.node_attempt if info is not None else 1
     return plan_step(
         name,
         "node",
@@ -203,9 +206,7 @@ def _with_record(value: Any, rec: StepRecord, state: Any) -> Any:
     if isinstance(value, Command) and isinstance(value.update, dict | None):
         update = dict(value.update or {})
         update.setdefault("deadline_trace", [rec])
-        return Command(
-            graph=value.graph, update=update, resume=value.resume, goto=value.goto
-        )
+        return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
     return value
 
 
@@ -213,9 +214,13 @@ def _with_record(value: Any, rec: StepRecord, state: Any) -> Any:
 
 
 def _wrap_function(
-    fn: Callable[..., Any], cap: float | None, min_viable: float, name: str | None, reserve: float | None
+    fn: Callable[..., Any],
+    cap: float | None,
+    min_viable: float,
+    name: str | None,
+    reserve: float | None,
 ) -> Any:
-    step = name or getattr(fn, "__name__", "node")
+    step: str = name or getattr(fn, "__name__", None) or "node"
     params = inspect.signature(fn).parameters
     wants = tuple(k for k in _INJECTABLE if k in params)
 
@@ -262,13 +267,13 @@ def _wrap_function(
     for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
         with _suppress():
             setattr(wrapper, attr, getattr(fn, attr))
-    wrapper.__signature__ = _signature(fn)  # type: ignore[attr-defined]
-    wrapper.__langgraph_deadline__ = True  # type: ignore[attr-defined]
+    setattr(wrapper, "__signature__", _signature(fn))  # noqa: B010 - read by inspect.signature
+    setattr(wrapper, "__langgraph_deadline__", True)  # noqa: B010
     return wrapper
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:
-    """(state: <the node's own state annotation>, config, runtime): keeps LangGraph's input schema."""
+    """`(state, config, runtime)`, keeping the node's own state annotation (its input schema)."""
     first = next(iter(inspect.signature(fn).parameters.values()), None)
     annotation: Any = inspect.Parameter.empty
     if first is not None:
@@ -305,7 +310,9 @@ def _wrap_runnable(
     reserve: float | None,
 ) -> Runnable[Any, Any]:
     step = name or runnable.get_name()
-    sync_only = getattr(runnable, "afunc", True) is None and getattr(runnable, "func", None) is not None
+    sync_only = (
+        getattr(runnable, "afunc", True) is None and getattr(runnable, "func", None) is not None
+    )
 
     def invoke(state: Any, config: RunnableConfig) -> Any:
         if _already_ended(state):

@@ -12,7 +12,7 @@ __all__ = ["Outcome", "StepKind", "StepRecord", "StepStatus", "Terminal"]
 StepKind = Literal["node", "tool", "model", "http"]
 
 
-class Terminal(str, enum.Enum):
+class Terminal(enum.StrEnum):
     """How a run ended. `CANCELLED` (a caller or parent gave up) is never `DEADLINE_EXCEEDED`."""
 
     COMPLETED = "completed"
@@ -25,7 +25,7 @@ class Terminal(str, enum.Enum):
         return self.value
 
 
-class StepStatus(str, enum.Enum):
+class StepStatus(enum.StrEnum):
     """How one step (node attempt, tool call, model call, HTTP request) ended."""
 
     COMPLETED = "completed"

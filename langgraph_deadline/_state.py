@@ -7,11 +7,12 @@ and they travel as JSON to `RemoteGraph` and LangGraph Server. In memory the fie
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Annotated, Any, Generic, TypedDict, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, Generic, TypeVar
 
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.types import Overwrite
+from typing_extensions import TypedDict
 
 from ._clock import Clock
 from ._deadline import Deadline
@@ -48,7 +49,9 @@ def merge_deadline(current: float | None, update: Deadline | float | None) -> fl
     return new if new < current else current
 
 
-def merge_outcome(current: Outcome | None, update: Outcome | Mapping[str, Any] | None) -> Outcome | None:
+def merge_outcome(
+    current: Outcome | None, update: Outcome | Mapping[str, Any] | None
+) -> Outcome | None:
     """Reducer for `deadline_outcome`: the first terminal of a run is kept; `None` clears it."""
     if update is None:
         return None
@@ -158,8 +161,10 @@ def deadline_input(deadline: Deadline | float) -> dict[str, Any]:
     Raises:
         TypeError, ValueError: not a `Deadline` or a finite number of seconds >= 0.
     """
-    d = deadline if isinstance(deadline, Deadline) else Deadline.after(
-        check_seconds(deadline, "deadline")
+    d = (
+        deadline
+        if isinstance(deadline, Deadline)
+        else Deadline.after(check_seconds(deadline, "deadline"))
     )
     return {
         "deadline": Overwrite(d.timestamp),
@@ -168,9 +173,7 @@ def deadline_input(deadline: Deadline | float) -> dict[str, Any]:
     }
 
 
-def deadline_from_state(
-    state: object, *, clock: Clock | None = None
-) -> Deadline | None:
+def deadline_from_state(state: object, *, clock: Clock | None = None) -> Deadline | None:
     """The `Deadline` recorded in a state mapping, or None (no field, or no deadline set)."""
     if not isinstance(state, Mapping):
         return None
@@ -182,5 +185,3 @@ def deadline_from_state(
     if isinstance(ts, int | float) and not isinstance(ts, bool):
         return Deadline.at(ts, clock=clock)
     return None
-
-

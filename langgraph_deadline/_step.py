@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
 import anyio
+from langgraph.errors import GraphBubbleUp
 
 from ._context import current_deadline, deadline_scope
 from ._deadline import Deadline, earliest
@@ -185,8 +186,8 @@ async def run_async(
 ) -> StepResult[T]:
     """Run an async step under its budget; a cut step is cancelled (its I/O closes).
 
-    A plan made with `sync=True` marks a body that waits on a thread (a sync function run in an executor): cutting
-    it stops the waiting, not the thread, so it is recorded as `abandoned`.
+    A plan made with `sync=True` marks a body that waits on a thread (a sync function run in an
+    executor): cutting it stops the waiting, not the thread, so it is recorded as `abandoned`.
     Caller cancellation is recorded as `cancelled` and re-raised; the step's own errors are
     returned, never rewritten.
     """
@@ -194,19 +195,25 @@ async def run_async(
     key = id(plan)
     if run is not None:
         run.in_flight[key] = plan
+    step_deadline = plan.step_deadline()
     try:
-        if plan.budget is None:
+        if step_deadline is None:
             value = await body()
         else:
-            async with deadline_scope(plan.step_deadline(), name=plan.name):
+            async with deadline_scope(step_deadline, name=plan.name):
                 value = await body()
     except DeadlineExceeded as exc:
-        if exc.step != plan.name:
-            # Raised by something below this step (an inner scope, a client): the step failed.
+        if step_deadline is None or not step_deadline.expired:
+            # Raised below this step (a shorter inner scope, a client) with time left: it failed.
             return _finish(run, key, StepResult(plan.record(StepStatus.FAILED), error=exc))
         status = StepStatus.ABANDONED if sync else StepStatus.TIMED_OUT
         source = "run_deadline" if plan.clamped else "step_cap"
         return _finish(run, key, StepResult(plan.record(status, cancel_source=source), error=exc))
+    except GraphBubbleUp:
+        # An interrupt (or a drain) on its way to LangGraph: not an end of this step's budget.
+        if run is not None:
+            run.in_flight.pop(key, None)
+        raise
     except anyio.get_cancelled_exc_class():
         if run is not None and run.backstop_fired:
             status = StepStatus.ABANDONED if sync else StepStatus.TIMED_OUT
@@ -252,16 +259,20 @@ def run_sync(plan: Plan, body: Callable[[], T], *, run: RunTracker | None = None
     )
     thread.start()
     if not done.wait(plan.budget):
-        exc = DeadlineExceeded(
+        overrun = DeadlineExceeded(
             f"deadline exceeded in {plan.name} (sync work abandoned, still running)",
             deadline=step_deadline,
             step=plan.name,
         )
         source = "run_deadline" if plan.clamped else "step_cap"
         rec = plan.record(StepStatus.ABANDONED, cancel_source=source)
-        return _finish(run, key, StepResult(rec, error=exc))
+        return _finish(run, key, StepResult(rec, error=overrun))
     if "error" in box:
         err = box["error"]
+        if isinstance(err, GraphBubbleUp):
+            if run is not None:
+                run.in_flight.pop(key, None)
+            raise err
         if isinstance(err, Exception):
             return _finish(run, key, StepResult(plan.record(StepStatus.FAILED), error=err))
         raise err

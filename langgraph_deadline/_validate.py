@@ -15,7 +15,9 @@ def check_seconds(value: object, name: str) -> float:
         ValueError: negative, NaN or infinite.
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}: {value!r}")
+        raise TypeError(
+            f"{name} must be a number of seconds, got {type(value).__name__}: {value!r}"
+        )
     seconds = float(value)
     if math.isnan(seconds) or math.isinf(seconds):
         raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")

@@ -1,0 +1,247 @@
+"""Overhead: a 10-node linear graph of trivial nodes, bare against `with_deadlines`.
+
+Each iteration runs every variant once, in an order that rotates from one iteration to the next,
+so drift (CPU frequency, caches, the garbage collector) hits all variants alike; the figures are
+medians over the iterations. The wrapper cost per node is `(wrapped - bare) / nodes`.
+
+Variants marked "ref" are not targets: they split the cost into its parts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from langgraph_deadline import Outcome, Terminal, budgeted, deadline_input, with_deadlines
+
+from ._common import BenchState, Check, Section, Table, linear_graph, median, percentile
+
+__all__ = ["NODES", "run"]
+
+NODES = 10
+TARGET_RATIO = 1.10
+TIMEOUT = 60.0
+
+
+async def _async_node(state: BenchState) -> dict[str, int]:
+    return {"n": state["n"] + 1}
+
+
+def _sync_node(state: BenchState) -> dict[str, int]:
+    return {"n": state["n"] + 1}
+
+
+def _fresh() -> dict[str, Any]:
+    return {"n": 0}
+
+
+def _verify(name: str, result: Any, *, trace: bool, outcome: bool) -> None:
+    """Refuse to time a graph that does not do what the benchmark claims."""
+    if not isinstance(result, Mapping) or result.get("n") != NODES:
+        raise AssertionError(f"{name}: expected n == {NODES}, got {result!r}")
+    records = result.get("deadline_trace") or []
+    if len(records) != (NODES if trace else 0):
+        raise AssertionError(f"{name}: unexpected step records {records!r}")
+    ended = result.get("deadline_outcome")
+    if outcome and not (isinstance(ended, Outcome) and ended.terminal is Terminal.COMPLETED):
+        raise AssertionError(f"{name}: expected a completed outcome, got {ended!r}")
+
+
+def _rotated(names: list[str], i: int) -> list[str]:
+    k = i % len(names)
+    return names[k:] + names[:k]
+
+
+async def _time_async(
+    cases: Mapping[str, Callable[[], Awaitable[object]]], iterations: int, warmup: int
+) -> dict[str, list[float]]:
+    names = list(cases)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(warmup + iterations):
+        for name in _rotated(names, i):
+            call = cases[name]
+            t0 = time.perf_counter_ns()
+            await call()
+            elapsed = time.perf_counter_ns() - t0
+            if i >= warmup:
+                samples[name].append(elapsed / 1000.0)
+    return samples
+
+
+def _time_sync(
+    cases: Mapping[str, Callable[[], object]], iterations: int, warmup: int
+) -> dict[str, list[float]]:
+    names = list(cases)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(warmup + iterations):
+        for name in _rotated(names, i):
+            call = cases[name]
+            t0 = time.perf_counter_ns()
+            call()
+            elapsed = time.perf_counter_ns() - t0
+            if i >= warmup:
+                samples[name].append(elapsed / 1000.0)
+    return samples
+
+
+def _thread_round_trip(iterations: int) -> float:
+    """Median µs to start a thread in a copied context and wait for it: what `run_sync` does."""
+
+    def body() -> None:
+        return None
+
+    samples = []
+    for _ in range(iterations):
+        t0 = time.perf_counter_ns()
+        done = threading.Event()
+
+        def target() -> None:
+            body()
+            done.set()
+
+        ctx = contextvars.copy_context()
+        threading.Thread(target=ctx.run, args=(target,), daemon=True).start()
+        done.wait()
+        samples.append((time.perf_counter_ns() - t0) / 1000.0)
+    return median(samples)
+
+
+def _table(
+    title: str, samples: dict[str, list[float]], baseline: str, labels: Mapping[str, str]
+) -> tuple[Table, dict[str, float]]:
+    base = median(samples[baseline])
+    table = Table(
+        title,
+        ("variant", "median ms", "p90 ms", "ratio vs bare", "extra µs/node"),
+    )
+    medians: dict[str, float] = {}
+    for name, values in samples.items():
+        med = median(values)
+        medians[name] = med
+        extra = "-" if name == baseline else f"{(med - base) / NODES:+.1f}"
+        table.add(
+            labels[name],
+            f"{med / 1000.0:.3f}",
+            f"{percentile(values, 90) / 1000.0:.3f}",
+            f"{med / base:.2f}x",
+            extra,
+        )
+    return table, medians
+
+
+def _async_section(iterations: int, warmup: int) -> tuple[Table, float, float]:
+    builder = linear_graph(_async_node, NODES)
+    bare = builder.compile()
+    wrapped = with_deadlines(builder, timeout=TIMEOUT)
+    no_timeout = with_deadlines(builder)
+    functions = linear_graph(budgeted(_async_node), NODES).compile()
+
+    async def measure() -> dict[str, list[float]]:
+        _verify("bare", await bare.ainvoke(_fresh()), trace=False, outcome=False)
+        _verify("with_deadlines", await wrapped.ainvoke(_fresh()), trace=True, outcome=True)
+        _verify(
+            "with_deadlines(no timeout)",
+            await no_timeout.ainvoke(_fresh()),
+            trace=True,
+            outcome=True,
+        )
+        _verify(
+            "budgeted functions",
+            await functions.ainvoke({**_fresh(), **deadline_input(TIMEOUT)}),
+            trace=True,
+            outcome=False,
+        )
+        cases: dict[str, Callable[[], Awaitable[object]]] = {
+            "bare": lambda: bare.ainvoke(_fresh()),
+            "wrapped": lambda: wrapped.ainvoke(_fresh()),
+            "no_timeout": lambda: no_timeout.ainvoke(_fresh()),
+            "functions": lambda: functions.ainvoke({**_fresh(), **deadline_input(TIMEOUT)}),
+        }
+        return await _time_async(cases, iterations, warmup)
+
+    gc.collect()
+    samples = asyncio.run(measure())
+    labels = {
+        "bare": "bare: builder.compile().ainvoke",
+        "wrapped": f"with_deadlines(builder, timeout={TIMEOUT:g}).ainvoke",
+        "no_timeout": "ref: with_deadlines(builder).ainvoke, no deadline",
+        "functions": "ref: add_node(budgeted(fn)), deadline_input, plain compile",
+    }
+    table, medians = _table(
+        f"Async overhead: {NODES}-node linear graph, trivial async nodes ({iterations} runs each)",
+        samples,
+        "bare",
+        labels,
+    )
+    table.notes.append(
+        "ref rows split the cost: 'no deadline' wraps every node but opens no cancel scope; "
+        "'budgeted(fn)' wraps the node function itself (no extra Runnable layer, no run-level "
+        "backstop) and takes its deadline from state"
+    )
+    ratio = medians["wrapped"] / medians["bare"]
+    per_node = (medians["wrapped"] - medians["bare"]) / NODES
+    return table, ratio, per_node
+
+
+def _sync_section(iterations: int, warmup: int) -> tuple[Table, float, float, float]:
+    builder = linear_graph(_sync_node, NODES)
+    bare = builder.compile()
+    wrapped = with_deadlines(builder, timeout=TIMEOUT)
+    no_timeout = with_deadlines(builder)
+    _verify("bare", bare.invoke(_fresh()), trace=False, outcome=False)
+    _verify("with_deadlines", wrapped.invoke(_fresh()), trace=True, outcome=True)
+    _verify("with_deadlines(no timeout)", no_timeout.invoke(_fresh()), trace=True, outcome=True)
+    cases: dict[str, Callable[[], object]] = {
+        "bare": lambda: bare.invoke(_fresh()),
+        "wrapped": lambda: wrapped.invoke(_fresh()),
+        "no_timeout": lambda: no_timeout.invoke(_fresh()),
+    }
+    gc.collect()
+    samples = _time_sync(cases, iterations, warmup)
+    thread_us = _thread_round_trip(max(200, iterations))
+    labels = {
+        "bare": "bare: builder.compile().invoke",
+        "wrapped": f"with_deadlines(builder, timeout={TIMEOUT:g}).invoke",
+        "no_timeout": "ref: with_deadlines(builder).invoke, no deadline (no thread)",
+    }
+    table, medians = _table(
+        f"Sync overhead: {NODES}-node linear graph, trivial sync nodes ({iterations} runs each)",
+        samples,
+        "bare",
+        labels,
+    )
+    table.notes.append(
+        "under a deadline every sync node body runs in a new thread of its own (a thread cannot "
+        "be cancelled: the caller waits on it with a timeout and walks away when it overruns); "
+        f"a bare thread start-and-wait round trip costs {thread_us:.0f} µs on this machine"
+    )
+    ratio = medians["wrapped"] / medians["bare"]
+    per_node = (medians["wrapped"] - medians["bare"]) / NODES
+    return table, ratio, per_node, thread_us
+
+
+def run(*, quick: bool) -> Section:
+    """Measure async and sync overhead; `quick` takes fewer samples."""
+    async_iterations, sync_iterations, warmup = (150, 100, 20) if quick else (1000, 600, 50)
+    section = Section()
+
+    table, ratio, per_node = _async_section(async_iterations, warmup)
+    section.tables.append(table)
+    section.figures.append(("async wall ratio, with_deadlines / bare", f"{ratio:.2f}x"))
+    section.figures.append(("async wrapper cost per node", f"{per_node:.1f} µs"))
+    section.checks.append(
+        Check("async ainvoke wall ratio (with_deadlines / bare)", ratio, TARGET_RATIO, "x")
+    )
+
+    table, ratio, per_node, thread_us = _sync_section(sync_iterations, warmup)
+    section.tables.append(table)
+    section.figures.append(("sync wall ratio, with_deadlines / bare", f"{ratio:.2f}x"))
+    section.figures.append(
+        ("sync wrapper cost per node", f"{per_node:.1f} µs (thread round trip {thread_us:.0f} µs)")
+    )
+    return section

@@ -1,0 +1,207 @@
+"""Deadlines across checkpoints: a real SQLite checkpointer, interrupts and resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.errors import NodeTimeoutError
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command, TimeoutPolicy, interrupt
+
+from langgraph_deadline import (
+    DeadlineState,
+    StepStatus,
+    Terminal,
+    deadline_input,
+    remaining,
+    terminal_of,
+    with_deadlines,
+)
+
+
+class State(DeadlineState):
+    log: list[str]
+
+
+@pytest.fixture
+def saver(tmp_path: Path) -> Iterator[SqliteSaver]:
+    conn = sqlite3.connect(tmp_path / "checkpoints.sqlite", check_same_thread=False)
+    yield SqliteSaver(conn)
+    conn.close()
+
+
+def _slow_then_fast() -> StateGraph[Any, Any, Any, Any]:
+    def work(state: State) -> dict[str, Any]:
+        delay = 2.0 if not state["log"] else 0.0
+        time.sleep(delay)
+        return {"log": [*state["log"], "work"]}
+
+    b = StateGraph(State)
+    b.add_node("work", work)
+    b.add_edge(START, "work")
+    b.add_edge("work", END)
+    return b
+
+
+def test_second_run_on_the_same_thread_gets_its_own_deadline(saver: SqliteSaver) -> None:
+    graph = with_deadlines(_slow_then_fast(), timeout=0.5, checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "same"}}
+    first = graph.invoke({"log": []}, cfg)
+    assert first["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    stored = graph.get_state(cfg).values
+    assert stored["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED  # in the checkpoint
+
+    time.sleep(0.6)  # the first deadline is long gone
+    second = graph.invoke({"log": ["again"]}, cfg)
+    assert second["deadline_outcome"].terminal is Terminal.COMPLETED
+    assert second["log"] == ["again", "work"]
+    assert second["deadline"] > first["deadline"]
+    assert [r.status for r in second["deadline_trace"]] == [StepStatus.COMPLETED]
+
+
+def _approval_graph(calls: list[str]) -> StateGraph[Any, Any, Any, Any]:
+    def ask(state: State) -> dict[str, Any]:
+        calls.append("ask")
+        answer = interrupt("approve?")
+        return {"log": [*state["log"], f"answer:{answer}"]}
+
+    def after(state: State) -> dict[str, Any]:
+        calls.append("after")
+        return {"log": [*state["log"], "after"]}
+
+    b = StateGraph(State)
+    b.add_node("ask", ask)
+    b.add_node("after", after)
+    b.add_edge(START, "ask")
+    b.add_edge("ask", "after")
+    return b
+
+
+def test_resume_after_the_deadline_ends_at_once_without_rerunning_nodes(
+    saver: SqliteSaver,
+) -> None:
+    calls: list[str] = []
+    graph = with_deadlines(_approval_graph(calls), timeout=0.5, checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "hitl"}}
+    paused = graph.invoke({"log": []}, cfg)
+    assert "__interrupt__" in paused
+    assert paused.get("deadline_outcome") is None  # paused, not ended
+    time.sleep(0.6)
+
+    t0 = time.monotonic()
+    out = graph.invoke(Command(resume="yes"), cfg)
+    assert time.monotonic() - t0 < 0.5
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert out["deadline_outcome"].step == "ask"
+    assert calls == ["ask"]  # the interrupted node's body did not run again
+    assert graph.get_state(cfg).values["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+
+
+def test_a_new_budget_can_be_granted_explicitly_on_resume(saver: SqliteSaver) -> None:
+    calls: list[str] = []
+    graph = with_deadlines(_approval_graph(calls), timeout=0.5, checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "hitl-grant"}}
+    graph.invoke({"log": []}, cfg)
+    time.sleep(0.6)
+    out = graph.invoke(Command(resume="yes", update=deadline_input(5.0)), cfg)
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+    assert out["log"] == ["answer:yes", "after"]
+
+
+@pytest.mark.anyio
+async def test_a_resumed_run_keeps_its_original_deadline(tmp_path: Path) -> None:
+    """Resume in a fresh saver (as another worker would): the budget is not refreshed."""
+    calls: list[str] = []
+    path = tmp_path / "resume.sqlite"
+    cfg = {"configurable": {"thread_id": "keep"}}
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        graph = with_deadlines(_approval_graph(calls), timeout=2.0, checkpointer=saver)
+        await graph.ainvoke({"log": []}, cfg)
+        original = (await graph.aget_state(cfg)).values["deadline"]
+    await asyncio.sleep(0.5)
+    seen: list[float] = []
+
+    async def after(state: State) -> dict[str, Any]:
+        seen.append(remaining())
+        return {}
+
+    b = _approval_graph(calls)
+    b.nodes.pop("after")
+    b.add_node("after", after)
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        graph = with_deadlines(b, timeout=60.0, checkpointer=saver)  # its timeout does not apply
+        out = await graph.ainvoke(Command(resume="ok"), cfg)
+    assert out["deadline"] == original
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+    assert seen
+    assert seen[0] < 1.6
+
+
+@pytest.mark.anyio
+async def test_tools_in_a_tool_node_see_the_runs_deadline_through_the_context() -> None:
+    @tool
+    async def probe(query: str) -> str:
+        """Report the time left."""
+        return f"{remaining():.3f}"
+
+    class Msgs(MessagesState, DeadlineState):
+        pass
+
+    def agent(state: Msgs) -> dict[str, Any]:
+        if any(isinstance(m, ToolMessage) for m in state["messages"]):
+            return {"messages": [AIMessage("done")]}
+        call = {"name": "probe", "args": {"query": "x"}, "id": "call-1", "type": "tool_call"}
+        return {"messages": [AIMessage("", tool_calls=[call])]}
+
+    b = StateGraph(Msgs)
+    b.add_node("agent", agent)
+    b.add_node("tools", ToolNode([probe]))
+    b.add_edge(START, "agent")
+    b.add_conditional_edges("agent", lambda s: "tools" if s["messages"][-1].tool_calls else END)
+    b.add_edge("tools", "agent")
+    out = await with_deadlines(b, timeout=5.0, caps={"tools": 1.0}).ainvoke(
+        {"messages": [("user", "hi")]}
+    )
+    tool_msg = next(m for m in out["messages"] if isinstance(m, ToolMessage))
+    assert 0 < float(tool_msg.content) <= 1.0
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("policy", "deadline", "limit"), [(0.3, 5.0, 0.3), (5.0, 0.3, 0.3)])
+async def test_timeout_policy_and_budget_the_smaller_wins(
+    policy: float, deadline: float, limit: float
+) -> None:
+    async def hang(state: State) -> dict[str, Any]:
+        await asyncio.sleep(10)
+        return {}
+
+    b = StateGraph(State)
+    b.add_node("hang", hang, timeout=TimeoutPolicy(run_timeout=policy))
+    b.add_edge(START, "hang")
+    graph = with_deadlines(b, timeout=deadline)
+    t0 = time.monotonic()
+    error: BaseException | None = None
+    out: dict[str, Any] = {}
+    try:
+        out = await graph.ainvoke({"log": []})
+    except Exception as exc:  # LangGraph's own node timeout error, when the policy wins
+        error = exc
+    assert time.monotonic() - t0 < limit + 0.5
+    if policy < deadline:
+        assert isinstance(error, NodeTimeoutError), repr(error)
+        assert terminal_of(error) is Terminal.DEADLINE_EXCEEDED
+    else:
+        assert error is None
+        assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED

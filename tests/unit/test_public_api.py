@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import langgraph_deadline
+import langgraph_deadline.testing
+
+DOCUMENTED = {
+    "Clock",
+    "Deadline",
+    "DeadlineExceeded",
+    "DeadlineGraph",
+    "DeadlineState",
+    "ManualClock",
+    "Outcome",
+    "ScopeFrame",
+    "StepRecord",
+    "StepStatus",
+    "SystemClock",
+    "Terminal",
+    "budgeted",
+    "check",
+    "client_timeout",
+    "current_deadline",
+    "deadline_input",
+    "deadline_scope",
+    "earliest",
+    "remaining",
+    "terminal_of",
+    "with_deadlines",
+}
+
+
+def test_all_is_the_documented_surface() -> None:
+    assert set(langgraph_deadline.__all__) == DOCUMENTED
+    for name in DOCUMENTED:
+        assert hasattr(langgraph_deadline, name), name
+
+
+def test_testing_kit_surface() -> None:
+    assert set(langgraph_deadline.testing.__all__) == {"ManualClock", "ServedRequest", "SlowServer"}
+
+
+def test_deadline_exceeded_is_a_timeout_error_langgraph_does_not_retry() -> None:
+    from langgraph._internal._retry import default_retry_on
+
+    err = langgraph_deadline.DeadlineExceeded("x")
+    assert isinstance(err, TimeoutError)
+    assert not default_retry_on(err)
+    assert err.outcome.terminal is langgraph_deadline.Terminal.DEADLINE_EXCEEDED
