@@ -17,6 +17,7 @@ from langgraph_deadline import DeadlineState
 
 __all__ = [
     "BenchState",
+    "Builder",
     "Check",
     "Section",
     "Table",
@@ -57,7 +58,7 @@ def median(values: Sequence[float]) -> float:
 
 
 def percentile(values: Sequence[float], p: float) -> float:
-    """The `p`-th percentile (0-100), interpolated linearly between closest ranks (numpy's default)."""
+    """The `p`-th percentile (0-100), interpolated between closest ranks (numpy's default)."""
     if not values:
         return math.nan
     ordered = sorted(values)
@@ -85,7 +86,8 @@ class Check:
 
     def render(self) -> str:
         verdict = "ok  " if self.ok else "MISS"
-        return f"[{verdict}] {self.name}: {self.value:.3g}{self.unit} (target <= {self.target:g}{self.unit})"
+        target = f"{self.target:g}{self.unit}"
+        return f"[{verdict}] {self.name}: {self.value:.3g}{self.unit} (target <= {target})"
 
 
 @dataclasses.dataclass(slots=True)
@@ -103,7 +105,9 @@ class Table:
         self.rows.append(cells)
 
     def text(self) -> str:
-        widths = [max(len(r[i]) for r in (self.headers, *self.rows)) for i in range(len(self.headers))]
+        widths = [
+            max(len(r[i]) for r in (self.headers, *self.rows)) for i in range(len(self.headers))
+        ]
 
         def line(cells: tuple[str, ...]) -> str:
             first = cells[0].ljust(widths[0])

@@ -359,9 +359,9 @@ def _last_node(
 def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal:
     """The `Terminal` of a run, from what `invoke` returned or the exception it raised.
 
-    `DeadlineExceeded` and LangGraph's `NodeTimeoutError` → `DEADLINE_EXCEEDED`; a cancellation → `CANCELLED`; LangGraph's
-    recursion limit → `STEP_LIMIT`; any other exception → `FAILED`; a returned state → its
-    `deadline_outcome`, or `COMPLETED`.
+    `DeadlineExceeded` and LangGraph's `NodeTimeoutError` → `DEADLINE_EXCEEDED`; a cancellation
+    → `CANCELLED`; LangGraph's recursion limit → `STEP_LIMIT`; any other exception → `FAILED`;
+    a returned state → its `deadline_outcome`, or `COMPLETED`.
     """
     if result is None:
         return Terminal.COMPLETED

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -284,6 +285,8 @@ async def test_abandoned_astream_does_not_keep_the_run_alive(slow_server: SlowSe
     # Nobody reads the stream any more, and nobody closes it: the node's budget still ends it.
     assert await asyncio.to_thread(slow_server.wait_disconnected, 0.6 + MARGIN + 0.5)
     consumer.cancel()
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+        await consumer
     await stream.aclose()
 
 
