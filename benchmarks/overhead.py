@@ -81,10 +81,11 @@ def _forward(inner: Runnable[Any, Any]) -> Runnable[Any, Any]:
 def _layered(builder: Builder) -> Builder:
     """`builder` with every node behind a forwarding `RunnableLambda`, as `with_deadlines` does."""
     layered = copy.copy(builder)
-    layered.nodes = {
-        name: dataclasses.replace(spec, runnable=_forward(spec.runnable))
-        for name, spec in builder.nodes.items()
-    }
+    layered.nodes = {}
+    for name, spec in builder.nodes.items():
+        if not isinstance(spec.runnable, Runnable):
+            raise TypeError(f"node {name!r} is not a Runnable: {spec.runnable!r}")
+        layered.nodes[name] = dataclasses.replace(spec, runnable=_forward(spec.runnable))
     return layered
 
 

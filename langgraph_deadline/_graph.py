@@ -255,34 +255,34 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         return deadline_from_state(snapshot.values)
 
     async def _backstop(self, run: RunTracker, cfg: RunnableConfig) -> Any:
-        """The run's deadline passed with work in flight: it was cancelled as a whole."""
+        """The run's deadline passed with work in flight: it was cancelled as a whole.
+
+        The writes of the superstep in flight are lost (a `reserve` lets nodes finish first);
+        the step records are not: every record of this run reaches the returned trace.
+        """
         outcome = _outcome_from(run, "the run's deadline passed with steps in flight")
-        closed = [r for r in run.records if r.cancel_source == "run_deadline"]
-        if self._lgd_settings.has_fields:
-            update = {"deadline_outcome": outcome, "deadline_trace": closed}
-            if self.checkpointer is not None and cfg.get("configurable", {}).get("thread_id"):
-                try:
-                    clean: RunnableConfig = {
-                        **cfg,
-                        "configurable": {
-                            k: v for k, v in cfg["configurable"].items() if k != RUN_KEY
-                        },
-                    }
-                    await self.aupdate_state(clean, update, as_node=_last_node(closed, self))
-                except Exception:  # the caller still gets the outcome
-                    log.warning(
-                        "could not write the deadline outcome to the checkpoint", exc_info=True
-                    )
-            latest = run.latest if isinstance(run.latest, Mapping) else {}
-            trace = [*latest.get("deadline_trace", []), *closed]
-            return {**latest, "deadline_outcome": outcome, "deadline_trace": trace}
-        raise DeadlineExceeded(
-            outcome.reason,
-            deadline=run.deadline,
-            step=outcome.step,
-            outcome=outcome,
-            state=run.latest,
-        )
+        if not self._lgd_settings.has_fields:
+            raise DeadlineExceeded(
+                outcome.reason,
+                deadline=run.deadline,
+                step=outcome.step,
+                outcome=outcome,
+                state=run.latest,
+            )
+        latest = run.latest if isinstance(run.latest, Mapping) else {}
+        known = list(latest.get("deadline_trace") or [])
+        missing = [r for r in run.records if r not in known]
+        if self.checkpointer is not None and cfg.get("configurable", {}).get("thread_id"):
+            clean: RunnableConfig = {
+                **cfg,
+                "configurable": {k: v for k, v in cfg["configurable"].items() if k != RUN_KEY},
+            }
+            update = {"deadline_outcome": outcome, "deadline_trace": missing}
+            try:
+                await self.aupdate_state(clean, update, as_node=_last_node(missing, self))
+            except Exception:  # the caller still gets the outcome
+                log.warning("could not write the deadline outcome to the checkpoint", exc_info=True)
+        return {**latest, "deadline_outcome": outcome, "deadline_trace": [*known, *missing]}
 
     def _completed(self, result: Any, run: RunTracker) -> Any:
         if (
