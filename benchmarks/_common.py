@@ -122,12 +122,17 @@ class Table:
     def markdown(self) -> str:
         out = [f"### {self.title}", ""]
         out.append("| " + " | ".join(self.headers) + " |")
-        out.append("|" + "|".join(["---"] + ["---:"] * (len(self.headers) - 1)) + "|")
+        numeric = [all(_numeric(r[i]) for r in self.rows) for i in range(len(self.headers))]
+        out.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
         out += ["| " + " | ".join(r) + " |" for r in self.rows]
         if self.notes:
             out.append("")
             out += [f"- {n}" for n in self.notes]
         return "\n".join(out)
+
+
+def _numeric(cell: str) -> bool:
+    return cell[:1].isdigit() or cell[:1] in "+-"
 
 
 @dataclasses.dataclass(slots=True)

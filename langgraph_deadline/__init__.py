@@ -4,6 +4,7 @@ Every step gets `min(its cap, what is left - reserve)`, refuses to start when th
 needs, is really cancelled at its budget, and ends in a named terminal the caller can act on.
 """
 
+from ._cache import InMemoryStaleCache, StaleCache, StoreStaleCache
 from ._clock import Clock, ManualClock, SystemClock
 from ._context import check, client_timeout, current_deadline, deadline_scope, remaining
 from ._deadline import Deadline, earliest
@@ -12,6 +13,7 @@ from ._graph import DeadlineGraph, terminal_of, with_deadlines
 from ._node import budgeted
 from ._records import Outcome, StepRecord, StepStatus, Terminal
 from ._state import DeadlineState, deadline_input
+from ._tool import DeadlineTool, ToolTimeout, deadline_tool, deadline_tools, timeout_message
 
 __all__ = [
     "Clock",
@@ -19,22 +21,30 @@ __all__ = [
     "DeadlineExceeded",
     "DeadlineGraph",
     "DeadlineState",
+    "DeadlineTool",
+    "InMemoryStaleCache",
     "ManualClock",
     "Outcome",
     "ScopeFrame",
+    "StaleCache",
     "StepRecord",
     "StepStatus",
+    "StoreStaleCache",
     "SystemClock",
     "Terminal",
+    "ToolTimeout",
     "budgeted",
     "check",
     "client_timeout",
     "current_deadline",
     "deadline_input",
     "deadline_scope",
+    "deadline_tool",
+    "deadline_tools",
     "earliest",
     "remaining",
     "terminal_of",
+    "timeout_message",
     "with_deadlines",
 ]
 

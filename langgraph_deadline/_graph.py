@@ -112,11 +112,8 @@ def with_deadlines(
         if spec.is_error_handler
         else dataclasses.replace(
             spec,
-            runnable=budgeted(
-                spec.runnable,
-                cap=caps.get(name, default_cap_s),
-                min_viable=mins.get(name, 0.0),
-                name=name,
+            runnable=_budget_node(
+                spec.runnable, name, caps.get(name, default_cap_s), mins.get(name, 0.0)
             ),
         )
         for name, spec in builder.nodes.items()
@@ -126,6 +123,23 @@ def with_deadlines(
     compiled.__class__ = DeadlineGraph
     compiled.__dict__["_lgd_settings"] = _Settings(timeout_s, reserve_s, has_fields)
     return compiled  # type: ignore[return-value]
+
+
+def _budget_node(runnable: Any, name: str, cap: float | None, min_viable: float) -> Any:
+    """Budget one node. A plain function node (LangGraph's `RunnableCallable`) is unwrapped and
+    wrapped again by LangGraph's own coercion, so the node costs no extra Runnable layer; a node
+    the user already `budgeted` keeps its own budget."""
+    fn = getattr(runnable, "func", None) or getattr(runnable, "afunc", None)
+    if type(runnable).__name__ != "RunnableCallable" or not callable(fn):
+        return budgeted(runnable, cap=cap, min_viable=min_viable, name=name)
+    if getattr(fn, "__langgraph_deadline__", False):
+        return runnable
+    try:
+        from langgraph._internal._runnable import coerce_to_runnable
+    except ImportError:  # a LangGraph without it: one more Runnable layer, same behaviour
+        return budgeted(runnable, cap=cap, min_viable=min_viable, name=name)
+    wrapped = budgeted(fn, cap=cap, min_viable=min_viable, name=name)
+    return coerce_to_runnable(wrapped, name=name, trace=runnable.trace)
 
 
 class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):

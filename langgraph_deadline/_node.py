@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -14,7 +14,16 @@ from langgraph.types import Command
 
 from ._records import Outcome, StepRecord, StepStatus, Terminal
 from ._state import deadline_from_state
-from ._step import Plan, RunTracker, StepResult, plan_step, run_async, run_from_config, run_sync
+from ._step import (
+    Plan,
+    RunTracker,
+    StepResult,
+    child_records,
+    plan_step,
+    run_async,
+    run_from_config,
+    run_sync,
+)
 from ._validate import check_cap, check_seconds
 
 __all__ = ["budgeted"]
@@ -152,7 +161,7 @@ def _drain() -> None:
         control.request_drain(DRAIN_REASON)
 
 
-def _ended(state: Any, result: StepResult[Any]) -> Any:
+def _ended(state: Any, result: StepResult[Any], children: Sequence[StepRecord] = ()) -> Any:
     """The node's answer when its budget ran out: the outcome in state, or the error."""
     rec = result.record
     _drain()
@@ -168,7 +177,7 @@ def _ended(state: Any, result: StepResult[Any]) -> Any:
         reason = f"{rec.name} cancelled at its budget of {rec.allocated_ms} ms"
     outcome = Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step=rec.name, reason=reason)
     if _has_fields(state):
-        return {"deadline_outcome": outcome, "deadline_trace": [rec]}
+        return {"deadline_outcome": outcome, "deadline_trace": [*children, rec]}
     from ._errors import DeadlineExceeded
 
     err = result.error
@@ -185,27 +194,27 @@ def _skipped(plan: Plan, state: Any, run: RunTracker | None) -> Any:
     return _ended(state, StepResult(record))
 
 
-def _finish(state: Any, result: StepResult[Any]) -> Any:
+def _finish(state: Any, result: StepResult[Any], children: list[StepRecord]) -> Any:
     status = result.status
     if status is StepStatus.COMPLETED:
-        return _with_record(result.value, result.record, state)
+        return _with_records(result.value, [*children, result.record], state)
     if status in (StepStatus.TIMED_OUT, StepStatus.ABANDONED):
-        return _ended(state, result)
+        return _ended(state, result, children)
     assert result.error is not None
     raise result.error
 
 
-def _with_record(value: Any, rec: StepRecord, state: Any) -> Any:
-    """Append the step record to the node's own update, when the state has a trace field."""
+def _with_records(value: Any, recs: list[StepRecord], state: Any) -> Any:
+    """Append the step records to the node's own update, when the state has a trace field."""
     if not _has_fields(state):
         return value
     if value is None:
-        return {"deadline_trace": [rec]}
+        return {"deadline_trace": recs}
     if isinstance(value, dict) and "deadline_trace" not in value:
-        return {**value, "deadline_trace": [rec]}
+        return {**value, "deadline_trace": recs}
     if isinstance(value, Command) and isinstance(value.update, dict | None):
         update = dict(value.update or {})
-        update.setdefault("deadline_trace", [rec])
+        update.setdefault("deadline_trace", recs)
         return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
     return value
 
@@ -245,8 +254,9 @@ def _wrap_function(
             if plan.skip:
                 return _skipped(plan, state, run)
             kwargs = kwargs_for(config, runtime)
-            result = await run_async(plan, lambda: fn(state, **kwargs), run=run)
-            return _finish(state, result)
+            with child_records() as children:
+                result = await run_async(plan, lambda: fn(state, **kwargs), run=run)
+            return _finish(state, result, children)
 
         wrapper = async_wrapper
     else:
@@ -259,8 +269,9 @@ def _wrap_function(
             if plan.skip:
                 return _skipped(plan, state, run)
             kwargs = kwargs_for(config, runtime)
-            result = run_sync(plan, lambda: fn(state, **kwargs), run=run)
-            return _finish(state, result)
+            with child_records() as children:
+                result = run_sync(plan, lambda: fn(state, **kwargs), run=run)
+            return _finish(state, result, children)
 
         wrapper = sync_wrapper
 
@@ -322,7 +333,9 @@ def _wrap_runnable(
         if plan.skip:
             return _skipped(plan, state, run)
         body = functools.partial(runnable.invoke, state, config)
-        return _finish(state, run_sync(plan, body, run=run))
+        with child_records() as children:
+            result = run_sync(plan, body, run=run)
+        return _finish(state, result, children)
 
     async def ainvoke(state: Any, config: RunnableConfig) -> Any:
         if _already_ended(state):
@@ -332,7 +345,9 @@ def _wrap_runnable(
         if plan.skip:
             return _skipped(plan, state, run)
         body: Callable[[], Awaitable[Any]] = functools.partial(runnable.ainvoke, state, config)
-        return _finish(state, await run_async(plan, body, run=run))
+        with child_records() as children:
+            result = await run_async(plan, body, run=run)
+        return _finish(state, result, children)
 
     wrapped = RunnableLambda(invoke, afunc=ainvoke, name=step)
     object.__setattr__(wrapped, "__langgraph_deadline__", True)

@@ -6,11 +6,13 @@ the cancellation live here once.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any, Final, Generic, TypeVar
 
 import anyio
@@ -26,6 +28,7 @@ __all__ = [
     "Plan",
     "RunTracker",
     "StepResult",
+    "child_records",
     "plan_step",
     "run_async",
     "run_from_config",
@@ -33,6 +36,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+HANDOFF: Final = 0.01
+"""Seconds a step clamped by an enclosing deadline ends before it, so that the step's own
+graceful answer (a timeout message, an outcome in state) is delivered before the enclosing
+scope cancels its caller. Steps limited by their own cap are not shortened."""
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -165,6 +173,8 @@ def plan_step(
     else:
         left = d.remaining()
         budget = d.budget(cap, res)
+        if cap is None or budget < cap:
+            budget = max(0.0, budget - HANDOFF)
     return Plan(name, kind, attempt, d, left, cap, budget, min_viable, time.monotonic(), sync)
 
 
@@ -182,14 +192,19 @@ class StepResult(Generic[T]):
 
 
 async def run_async(
-    plan: Plan, body: Callable[[], Awaitable[T]], *, run: RunTracker | None = None
+    plan: Plan,
+    body: Callable[[], Awaitable[T]],
+    *,
+    run: RunTracker | None = None,
+    commit: bool = True,
 ) -> StepResult[T]:
     """Run an async step under its budget; a cut step is cancelled (its I/O closes).
 
     A plan made with `sync=True` marks a body that waits on a thread (a sync function run in an
     executor): cutting it stops the waiting, not the thread, so it is recorded as `abandoned`.
     Caller cancellation is recorded as `cancelled` and re-raised; the step's own errors are
-    returned, never rewritten.
+    returned, never rewritten. `commit=False` leaves recording the result to the caller
+    (`record_child`), for steps that decide their final status afterwards (a stale answer).
     """
     sync = plan.sync
     key = id(plan)
@@ -205,10 +220,12 @@ async def run_async(
     except DeadlineExceeded as exc:
         if step_deadline is None or not step_deadline.expired:
             # Raised below this step (a shorter inner scope, a client) with time left: it failed.
-            return _finish(run, key, StepResult(plan.record(StepStatus.FAILED), error=exc))
+            return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=exc))
         status = StepStatus.ABANDONED if sync else StepStatus.TIMED_OUT
         source = "run_deadline" if plan.clamped else "step_cap"
-        return _finish(run, key, StepResult(plan.record(status, cancel_source=source), error=exc))
+        return _finish(
+            run, key, commit, StepResult(plan.record(status, cancel_source=source), error=exc)
+        )
     except GraphBubbleUp:
         # An interrupt (or a drain) on its way to LangGraph: not an end of this step's budget.
         if run is not None:
@@ -217,16 +234,23 @@ async def run_async(
     except anyio.get_cancelled_exc_class():
         if run is not None and run.backstop_fired:
             status = StepStatus.ABANDONED if sync else StepStatus.TIMED_OUT
-            _finish(run, key, StepResult(plan.record(status, cancel_source="run_deadline")))
+            _finish(run, key, commit, StepResult(plan.record(status, cancel_source="run_deadline")))
         else:
-            _finish(run, key, StepResult(plan.record(StepStatus.CANCELLED, cancel_source="caller")))
+            _finish(
+                run,
+                key,
+                commit,
+                StepResult(plan.record(StepStatus.CANCELLED, cancel_source="caller")),
+            )
         raise
     except Exception as exc:
-        return _finish(run, key, StepResult(plan.record(StepStatus.FAILED), error=exc))
-    return _finish(run, key, StepResult(plan.record(StepStatus.COMPLETED), value=value))
+        return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=exc))
+    return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=value))
 
 
-def run_sync(plan: Plan, body: Callable[[], T], *, run: RunTracker | None = None) -> StepResult[T]:
+def run_sync(
+    plan: Plan, body: Callable[[], T], *, run: RunTracker | None = None, commit: bool = True
+) -> StepResult[T]:
     """Run a sync step under its budget. A thread cannot be killed: past its budget the step is
     left running in its own thread, recorded as `abandoned`, and the caller goes on in time.
     """
@@ -235,8 +259,8 @@ def run_sync(plan: Plan, body: Callable[[], T], *, run: RunTracker | None = None
         try:
             value = body()
         except Exception as exc:
-            return _finish(run, key, StepResult(plan.record(StepStatus.FAILED), error=exc))
-        return _finish(run, key, StepResult(plan.record(StepStatus.COMPLETED), value=value))
+            return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=exc))
+        return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=value))
 
     if run is not None:
         run.in_flight[key] = plan
@@ -266,7 +290,7 @@ def run_sync(plan: Plan, body: Callable[[], T], *, run: RunTracker | None = None
         )
         source = "run_deadline" if plan.clamped else "step_cap"
         rec = plan.record(StepStatus.ABANDONED, cancel_source=source)
-        return _finish(run, key, StepResult(rec, error=overrun))
+        return _finish(run, key, commit, StepResult(rec, error=overrun))
     if "error" in box:
         err = box["error"]
         if isinstance(err, GraphBubbleUp):
@@ -274,12 +298,45 @@ def run_sync(plan: Plan, body: Callable[[], T], *, run: RunTracker | None = None
                 run.in_flight.pop(key, None)
             raise err
         if isinstance(err, Exception):
-            return _finish(run, key, StepResult(plan.record(StepStatus.FAILED), error=err))
+            return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=err))
         raise err
-    return _finish(run, key, StepResult(plan.record(StepStatus.COMPLETED), value=box["value"]))
+    return _finish(
+        run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=box["value"])
+    )
 
 
-def _finish(run: RunTracker | None, key: int, result: StepResult[T]) -> StepResult[T]:
+def _finish(run: RunTracker | None, key: int, commit: bool, result: StepResult[T]) -> StepResult[T]:
+    if not commit:
+        if run is not None:
+            run.in_flight.pop(key, None)
+        return result
     if run is not None:
         run.close(key, result.record)
+    if result.record.kind != "node" and (sink := _CHILDREN.get()) is not None:
+        sink.append(result.record)
     return result
+
+
+_CHILDREN: Final[ContextVar[list[StepRecord] | None]] = ContextVar(
+    "langgraph_deadline.children", default=None
+)
+
+
+@contextlib.contextmanager
+def child_records() -> Iterator[list[StepRecord]]:
+    """Collect the records of the steps (tools, model calls, HTTP) run inside a node, so the
+    node can add them to the run's trace in state along with its own."""
+    sink: list[StepRecord] = []
+    token = _CHILDREN.set(sink)
+    try:
+        yield sink
+    finally:
+        _CHILDREN.reset(token)
+
+
+def record_child(record: StepRecord, run: RunTracker | None) -> None:
+    """Record a step that did not run through `run_async`/`run_sync` (a skipped or stale one)."""
+    if run is not None:
+        run.records.append(record)
+    if (sink := _CHILDREN.get()) is not None:
+        sink.append(record)
