@@ -6,6 +6,7 @@ copied contexts), so deep code (an httpx call, a model client) sees the deadline
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 from contextvars import ContextVar, Token
@@ -79,6 +80,14 @@ def client_timeout(cap: float | None = None, *, reserve: float = 0.0) -> float |
     if left <= 0.0:
         raise _exceeded(d, None)
     return left
+
+
+def _loop_time() -> float:
+    """`anyio.current_time()`, without its event-loop detection on asyncio (the hot path)."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return anyio.current_time()
 
 
 def _exceeded(d: Deadline, step: str | None) -> DeadlineExceeded:
@@ -156,7 +165,7 @@ class deadline_scope:
     async def __aenter__(self) -> Deadline | None:
         effective = self._enter()
         if effective is not None:
-            self._cancel = anyio.CancelScope(deadline=anyio.current_time() + effective.remaining())
+            self._cancel = anyio.CancelScope(deadline=_loop_time() + effective.remaining())
             self._cancel.__enter__()
         return effective
 

@@ -81,6 +81,16 @@ class Deadline:
         clk = SYSTEM_CLOCK if clock is None else clock
         return cls(monotonic=clk.monotonic() + (wall - clk.time()), wall=wall, clock=clk)
 
+    @classmethod
+    def _after(cls, seconds: float, clock: Clock) -> Deadline:
+        """`after` without argument checks, for values this library computed itself (hot path)."""
+        return cls(monotonic=clock.monotonic() + seconds, wall=clock.time() + seconds, clock=clock)
+
+    @classmethod
+    def _at(cls, wall: float, clock: Clock) -> Deadline:
+        """`at` without argument checks, for epoch seconds read back from our own state field."""
+        return cls(monotonic=clock.monotonic() + (wall - clock.time()), wall=wall, clock=clock)
+
     # -- readings -------------------------------------------------------------------------------
 
     @property
@@ -109,11 +119,12 @@ class Deadline:
         Raises:
             TypeError, ValueError: `cap` or `reserve` is not a finite number >= 0.
         """
-        cap_s = check_cap(cap, "cap")
-        reserve_s = check_seconds(reserve, "reserve")
-        left = self.remaining() - reserve_s
-        if cap_s is not None and cap_s < left:
-            left = cap_s
+        return self._budget(check_cap(cap, "cap"), check_seconds(reserve, "reserve"))
+
+    def _budget(self, cap: float | None, reserve: float) -> float:
+        left = self._mono - self._clock.monotonic() - reserve
+        if cap is not None and cap < left:
+            left = cap
         return left if left > 0.0 else 0.0
 
     # -- combining ------------------------------------------------------------------------------

@@ -234,6 +234,8 @@ def _wrap_function(
     wants = tuple(k for k in _INJECTABLE if k in params)
 
     def kwargs_for(config: RunnableConfig, runtime: Runtime[Any]) -> dict[str, Any]:
+        if not wants:
+            return {}
         found = {
             "config": config,
             "runtime": runtime,

@@ -14,7 +14,7 @@ from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.types import Overwrite
 from typing_extensions import TypedDict
 
-from ._clock import Clock
+from ._clock import SYSTEM_CLOCK, Clock
 from ._deadline import Deadline
 from ._records import Outcome, StepRecord
 from ._validate import check_seconds
@@ -182,6 +182,8 @@ def deadline_from_state(state: object, *, clock: Clock | None = None) -> Deadlin
         return None
     if isinstance(ts, Deadline):
         return ts
+    if type(ts) is float:  # our own channel's plain data: already checked
+        return Deadline._at(ts, SYSTEM_CLOCK if clock is None else clock)
     if isinstance(ts, int | float) and not isinstance(ts, bool):
         return Deadline.at(ts, clock=clock)
     return None

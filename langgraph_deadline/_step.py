@@ -18,6 +18,7 @@ from typing import Any, Final, Generic, TypeVar
 import anyio
 from langgraph.errors import GraphBubbleUp
 
+from ._clock import SYSTEM_CLOCK
 from ._context import current_deadline, deadline_scope
 from ._deadline import Deadline, earliest
 from ._errors import DeadlineExceeded
@@ -120,8 +121,8 @@ class Plan:
     def step_deadline(self) -> Deadline | None:
         if self.budget is None:
             return None
-        d = Deadline.after(self.budget, clock=self.deadline.clock if self.deadline else None)
-        return d.earliest(self.deadline)
+        clock = self.deadline.clock if self.deadline else SYSTEM_CLOCK
+        return Deadline._after(self.budget, clock).earliest(self.deadline)
 
     def record(
         self,
@@ -172,7 +173,7 @@ def plan_step(
         budget = cap
     else:
         left = d.remaining()
-        budget = d.budget(cap, res)
+        budget = d._budget(cap, res)
         if cap is None or budget < cap:
             budget = max(0.0, budget - HANDOFF)
     return Plan(name, kind, attempt, d, left, cap, budget, min_viable, time.monotonic(), sync)
