@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -279,10 +280,7 @@ def run_sync(
             done.set()
 
     ctx = contextvars.copy_context()
-    thread = threading.Thread(
-        target=ctx.run, args=(target,), name=f"langgraph-deadline:{plan.name}", daemon=True
-    )
-    thread.start()
+    _submit(lambda: ctx.run(target))
     if not done.wait(plan.budget):
         overrun = DeadlineExceeded(
             f"deadline exceeded in {plan.name} (sync work abandoned, still running)",
@@ -304,6 +302,43 @@ def run_sync(
     return _finish(
         run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=box["value"])
     )
+
+
+class _Worker:
+    """A daemon thread that runs one job at a time and then offers itself for the next one.
+
+    Sync steps run on these so that a thread is not started for every call. A job that overruns
+    its budget keeps its worker (a thread cannot be stopped) and the next call takes another.
+    """
+
+    __slots__ = ("jobs",)
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="langgraph-deadline-worker", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            job = self.jobs.get()
+            with contextlib.suppress(BaseException):  # the job records its own errors
+                job()
+            with _IDLE_LOCK:
+                if len(_IDLE) >= _MAX_IDLE:
+                    return
+                _IDLE.append(self)
+
+
+_IDLE: list[_Worker] = []
+_IDLE_LOCK = threading.Lock()
+_MAX_IDLE: Final = 8
+
+
+def _submit(job: Callable[[], None]) -> None:
+    with _IDLE_LOCK:
+        worker = _IDLE.pop() if _IDLE else None
+    if worker is None:
+        worker = _Worker()
+    worker.jobs.put(job)
 
 
 def _finish(run: RunTracker | None, key: int, commit: bool, result: StepResult[T]) -> StepResult[T]:
