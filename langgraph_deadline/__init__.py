@@ -12,6 +12,7 @@ from ._errors import DeadlineExceeded, ScopeFrame
 from ._graph import DeadlineGraph, terminal_of, with_deadlines
 from ._node import budgeted
 from ._records import Outcome, StepRecord, StepStatus, Terminal
+from ._retry import retry, stop_at_deadline, wait_within_deadline
 from ._state import DeadlineState, deadline_input
 from ._tool import DeadlineTool, ToolTimeout, deadline_tool, deadline_tools, timeout_message
 
@@ -43,8 +44,11 @@ __all__ = [
     "deadline_tools",
     "earliest",
     "remaining",
+    "retry",
+    "stop_at_deadline",
     "terminal_of",
     "timeout_message",
+    "wait_within_deadline",
     "with_deadlines",
 ]
 

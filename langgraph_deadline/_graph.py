@@ -19,7 +19,8 @@ from langgraph.types import Command, Overwrite
 from ._context import current_deadline
 from ._deadline import Deadline, earliest
 from ._errors import DeadlineExceeded
-from ._node import DRAIN_REASON, budgeted
+from ._instrument import RunEvent, emit_run
+from ._node import DRAIN_REASON, wrap_node
 from ._records import Outcome, StepRecord, StepStatus, Terminal
 from ._state import deadline_from_state, deadline_input
 from ._step import RUN_KEY, RunTracker
@@ -113,7 +114,12 @@ def with_deadlines(
         else dataclasses.replace(
             spec,
             runnable=_budget_node(
-                spec.runnable, name, caps.get(name, default_cap_s), mins.get(name, 0.0)
+                spec.runnable,
+                name,
+                caps.get(name, default_cap_s),
+                mins.get(name, 0.0),
+                explicit=name in caps or name in mins,
+                retry_policy=spec.retry_policy,
             ),
         )
         for name, spec in builder.nodes.items()
@@ -125,21 +131,42 @@ def with_deadlines(
     return compiled  # type: ignore[return-value]
 
 
-def _budget_node(runnable: Any, name: str, cap: float | None, min_viable: float) -> Any:
+def _budget_node(
+    runnable: Any,
+    name: str,
+    cap: float | None,
+    min_viable: float,
+    *,
+    explicit: bool,
+    retry_policy: Any,
+) -> Any:
     """Budget one node. A plain function node (LangGraph's `RunnableCallable`) is unwrapped and
     wrapped again by LangGraph's own coercion, so the node costs no extra Runnable layer; a node
     the user already `budgeted` keeps its own budget."""
     fn = getattr(runnable, "func", None) or getattr(runnable, "afunc", None)
     if type(runnable).__name__ != "RunnableCallable" or not callable(fn):
-        return budgeted(runnable, cap=cap, min_viable=min_viable, name=name)
+        return _budget_runnable(runnable, cap, min_viable, name, retry_policy)
     if getattr(fn, "__langgraph_deadline__", False):
+        if explicit:
+            raise ValueError(
+                f"node {name!r} is already wrapped with budgeted(): give its cap and min_viable "
+                "there, not in with_deadlines(caps=..., min_viable=...)"
+            )
         return runnable
     try:
         from langgraph._internal._runnable import coerce_to_runnable
     except ImportError:  # a LangGraph without it: one more Runnable layer, same behaviour
-        return budgeted(runnable, cap=cap, min_viable=min_viable, name=name)
-    wrapped = budgeted(fn, cap=cap, min_viable=min_viable, name=name)
+        return _budget_runnable(runnable, cap, min_viable, name, retry_policy)
+    wrapped = wrap_node(fn, cap, min_viable, name, None, retry_policy)
     return coerce_to_runnable(wrapped, name=name, trace=runnable.trace)
+
+
+def _budget_runnable(
+    runnable: Any, cap: float | None, min_viable: float, name: str, retry_policy: Any
+) -> Any:
+    if getattr(runnable, "__langgraph_deadline__", False):
+        return runnable
+    return wrap_node(runnable, cap, min_viable, name, None, retry_policy)
 
 
 class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
@@ -173,7 +200,11 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 fresh = (
                     deadline_input(d)
                     if d is not None
-                    else {"deadline_outcome": None, "deadline_trace": Overwrite([])}
+                    else {
+                        "deadline": Overwrite(None),
+                        "deadline_outcome": None,
+                        "deadline_trace": Overwrite([]),
+                    }
                 )
                 input = {**input, **fresh}
         run = RunTracker(deadline=d, reserve=settings.reserve)
@@ -185,7 +216,12 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
     def stream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[Any]:
+        prepared = _prepared(self, config)
         run, input, cfg = self._start(input, config)
+        if not prepared and self._resuming(input):
+            snapshot = self.get_state(cfg) if self._has_thread(cfg) else None
+            if self._late(snapshot, run) is not None:
+                return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
             for chunk in super().stream(input, cfg, **kwargs):
@@ -199,11 +235,18 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if exc.state is None:
                 exc.state = run.latest
             raise
+        if not prepared:
+            _emit_run(run, _final_outcome(run, run.latest))
 
     async def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
+        prepared = _prepared(self, config)
         run, input, cfg = self._start(input, config)
+        if not prepared and self._resuming(input):
+            snapshot = await self.aget_state(cfg) if self._has_thread(cfg) else None
+            if self._late(snapshot, run) is not None:
+                return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
             async for chunk in super().astream(input, cfg, **kwargs):
@@ -217,12 +260,15 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if exc.state is None:
                 exc.state = run.latest
             raise
+        if not prepared:
+            _emit_run(run, _final_outcome(run, run.latest))
 
     def _drained(self, run: RunTracker) -> None:
         """The run drained after a step ran out of budget. Graphs without deadline fields raise."""
         if self._lgd_settings.has_fields:
             return
         outcome = _outcome_from(run, None)
+        _emit_run(run, outcome)
         raise DeadlineExceeded(
             outcome.reason,
             deadline=run.deadline,
@@ -235,14 +281,22 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         run, input, cfg = self._start(input, config)
+        if self._resuming(input) and self._has_thread(cfg):
+            late = self._late(self.get_state(cfg), run)
+            if late is not None:
+                return late
         run.entry = self
         return self._completed(super().invoke(input, cfg, **kwargs), run)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Like `CompiledStateGraph.ainvoke`; also cancels the whole run at its deadline."""
         run, input, cfg = self._start(input, config)
-        if run.deadline is None and (input is None or isinstance(input, Command)):
-            run.deadline = await self._checkpointed_deadline(cfg)
+        if self._resuming(input) and self._has_thread(cfg):
+            snapshot = await self.aget_state(cfg)
+            late = self._late(snapshot, run)
+            if late is not None:
+                return late
+            run.deadline = earliest(run.deadline, deadline_from_state(snapshot.values))
         run.entry = self
         if run.deadline is None:
             return self._completed(await super().ainvoke(input, cfg, **kwargs), run)
@@ -262,11 +316,35 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return await self._backstop(run, cfg)
         return self._completed(result, run)
 
-    async def _checkpointed_deadline(self, cfg: RunnableConfig) -> Deadline | None:
-        if self.checkpointer is None or not cfg.get("configurable", {}).get("thread_id"):
+    def _resuming(self, input: Any) -> bool:
+        """A resume (None or a Command) that does not grant a new deadline."""
+        return (input is None or isinstance(input, Command)) and _deadline_given(input) is None
+
+    def _has_thread(self, cfg: RunnableConfig) -> bool:
+        return self.checkpointer is not None and bool(cfg.get("configurable", {}).get("thread_id"))
+
+    def _late(self, snapshot: Any, run: RunTracker) -> Any:
+        """A resume after the checkpointed deadline passed does not start: no node body runs,
+        and the checkpoint stays as it was, so a resume that grants a new deadline
+        (`Command(resume=..., update=deadline_input(s))`) continues where the run paused.
+        Returns what the caller gets (graphs without deadline fields raise), or None to go on."""
+        values = getattr(snapshot, "values", None)
+        d = deadline_from_state(values)
+        if d is None or not d.expired:
             return None
-        snapshot = await self.aget_state(cfg)
-        return deadline_from_state(snapshot.values)
+        pending = ", ".join(getattr(snapshot, "next", ()) or ()) or None
+        outcome = Outcome(
+            terminal=Terminal.DEADLINE_EXCEEDED,
+            step=pending,
+            reason="resumed after the run's deadline had passed: nothing was run",
+            elapsed_ms=0.0,
+        )
+        _emit_run(run, outcome)
+        if not self._lgd_settings.has_fields:
+            raise DeadlineExceeded(
+                outcome.reason, deadline=d, step=pending, outcome=outcome, state=values
+            )
+        return {**(values or {}), "deadline_outcome": outcome}
 
     async def _backstop(self, run: RunTracker, cfg: RunnableConfig) -> Any:
         """The run's deadline passed with work in flight: it was cancelled as a whole.
@@ -275,6 +353,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         the step records are not: every record of this run reaches the returned trace.
         """
         outcome = _outcome_from(run, "the run's deadline passed with steps in flight")
+        _emit_run(run, outcome)
         if not self._lgd_settings.has_fields:
             raise DeadlineExceeded(
                 outcome.reason,
@@ -299,20 +378,51 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         return {**latest, "deadline_outcome": outcome, "deadline_trace": [*known, *missing]}
 
     def _completed(self, result: Any, run: RunTracker) -> Any:
+        if isinstance(result, dict) and "__interrupt__" in result:
+            run.interrupted = True
+        outcome = _final_outcome(run, result)
+        _emit_run(run, outcome)
         if (
-            self._lgd_settings.has_fields
+            outcome is not None
+            and self._lgd_settings.has_fields
             and isinstance(result, dict)
             and result.get("deadline_outcome") is None
-            and "__interrupt__" not in result
         ):
-            elapsed = (run.clock_now() - run.started) * 1000.0
-            result = {
-                **result,
-                "deadline_outcome": Outcome(
-                    terminal=Terminal.COMPLETED, elapsed_ms=round(elapsed, 3)
-                ),
-            }
+            result = {**result, "deadline_outcome": outcome}
         return result
+
+
+def _prepared(graph: DeadlineGraph, config: RunnableConfig | None) -> bool:
+    run = (config or {}).get("configurable", {}).get(RUN_KEY)
+    return isinstance(run, RunTracker) and run.entry is graph
+
+
+def _final_outcome(run: RunTracker, state: Any) -> Outcome | None:
+    """The outcome of a run that returned normally: the one in its state, else completed
+    (None while it is paused on an interrupt)."""
+    if isinstance(state, Mapping) and isinstance(state.get("deadline_outcome"), Outcome):
+        found: Outcome = state["deadline_outcome"]
+        return found
+    if run.interrupted:
+        return None
+    elapsed = round((run.clock_now() - run.started) * 1000.0, 3)
+    return Outcome(terminal=Terminal.COMPLETED, elapsed_ms=elapsed)
+
+
+def _emit_run(run: RunTracker, outcome: Outcome | None) -> None:
+    """Tell the observers how the run ended, once."""
+    if outcome is None or run.emitted:
+        return
+    run.emitted = True
+    emit_run(
+        RunEvent(
+            outcome=outcome,
+            run_id=run.run_id,
+            started_at=run.started_at,
+            deadline_at=run.deadline.timestamp if run.deadline else None,
+            reserve_s=run.reserve,
+        )
+    )
 
 
 def _deadline_given(input: Any) -> Deadline | None:
@@ -327,6 +437,9 @@ def _deadline_given(input: Any) -> Deadline | None:
 
 def _note(run: RunTracker, chunk: Any, mode: Any) -> None:
     """Keep the latest full state seen in the stream, for a run that must end early."""
+    last = chunk[-1] if isinstance(chunk, tuple) and chunk else chunk
+    if isinstance(last, dict) and "__interrupt__" in last:
+        run.interrupted = True
     if mode == "values":
         if isinstance(chunk, dict) and chunk.get("type") == "values" and "data" in chunk:
             if not chunk.get("ns"):
@@ -370,24 +483,27 @@ def _last_node(
     return None
 
 
-def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal:
+def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal | None:
     """The `Terminal` of a run, from what `invoke` returned or the exception it raised.
 
-    `DeadlineExceeded` and LangGraph's `NodeTimeoutError` → `DEADLINE_EXCEEDED`; a cancellation
-    → `CANCELLED`; LangGraph's recursion limit → `STEP_LIMIT`; any other exception → `FAILED`;
-    a returned state → its `deadline_outcome`, or `COMPLETED`.
+    `DeadlineExceeded`, any other `TimeoutError` (LangGraph's `step_timeout`) and LangGraph's
+    `NodeTimeoutError` → `DEADLINE_EXCEEDED`; a cancellation → `CANCELLED`; LangGraph's
+    recursion limit → `STEP_LIMIT`; any other exception → `FAILED`; a returned state → its
+    `deadline_outcome`, or `COMPLETED`. A state paused on an interrupt has not ended: `None`.
     """
     if result is None:
         return Terminal.COMPLETED
     if isinstance(result, DeadlineExceeded):
         return result.outcome.terminal
-    if isinstance(result, NodeTimeoutError):  # LangGraph's own TimeoutPolicy: a step's cap
+    if isinstance(result, NodeTimeoutError | TimeoutError):
         return Terminal.DEADLINE_EXCEEDED
-    if isinstance(result, asyncio.CancelledError | anyio.get_cancelled_exc_class()):
+    if isinstance(result, asyncio.CancelledError) or type(result).__name__ == "Cancelled":
         return Terminal.CANCELLED
     if isinstance(result, GraphRecursionError):
         return Terminal.STEP_LIMIT
     if isinstance(result, BaseException):
         return Terminal.FAILED
     outcome = result.get("deadline_outcome")
-    return outcome.terminal if isinstance(outcome, Outcome) else Terminal.COMPLETED
+    if isinstance(outcome, Outcome):
+        return outcome.terminal
+    return None if "__interrupt__" in result else Terminal.COMPLETED

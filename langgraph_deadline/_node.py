@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import time
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
@@ -12,6 +14,8 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langgraph.runtime import Runtime, get_runtime
 from langgraph.types import Command
 
+from ._deadline import Deadline
+from ._errors import DeadlineExceeded
 from ._records import Outcome, StepRecord, StepStatus, Terminal
 from ._state import deadline_from_state
 from ._step import (
@@ -19,6 +23,7 @@ from ._step import (
     RunTracker,
     StepResult,
     child_records,
+    commit_record,
     plan_step,
     run_async,
     run_from_config,
@@ -94,35 +99,42 @@ def budgeted(
     min_s = check_seconds(min_viable, "min_viable")
     res_s = None if reserve is None else check_seconds(reserve, "reserve")
     if node is None:
-        return lambda fn: _wrap(fn, cap_s, min_s, name, res_s)
-    return _wrap(node, cap_s, min_s, name, res_s)
+        return lambda fn: wrap_node(fn, cap_s, min_s, name, res_s)
+    return wrap_node(node, cap_s, min_s, name, res_s)
 
 
-def _wrap(
-    node: Any, cap: float | None, min_viable: float, name: str | None, reserve: float | None
+def wrap_node(
+    node: Any,
+    cap: float | None,
+    min_viable: float,
+    name: str | None,
+    reserve: float | None,
+    retry_policy: Any = None,
 ) -> Any:
+    """`budgeted` without argument checks; `retry_policy` is the node's LangGraph RetryPolicy
+    (given by `with_deadlines`), so that a retry whose backoff cannot fit is not waited for."""
     if getattr(node, "__langgraph_deadline__", False):
         return node
+    budget = _Budget(cap, min_viable, reserve, retry_policy)
     if isinstance(node, Runnable):
-        return _wrap_runnable(node, cap, min_viable, name, reserve)
+        return _wrap_runnable(node, budget, name)
     if not callable(node):
         raise TypeError(f"budgeted() needs a function or a Runnable, got {type(node).__name__}")
-    return _wrap_function(node, cap, min_viable, name, reserve)
+    return _wrap_function(node, budget, name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Budget:
+    cap: float | None
+    min_viable: float
+    reserve: float | None
+    retry: Any  # RetryPolicy | Sequence[RetryPolicy] | None
 
 
 # -- the shared policy ----------------------------------------------------------------------------
 
 
-def _plan(
-    name: str,
-    state: Any,
-    cap: float | None,
-    min_viable: float,
-    reserve: float | None,
-    run: RunTracker | None,
-    *,
-    sync: bool,
-) -> Plan:
+def _plan(name: str, state: Any, budget: _Budget, run: RunTracker | None, *, sync: bool) -> Plan:
     try:
         info = get_runtime().execution_info
     except Exception:  # outside a graph run (a direct call in a test)
@@ -131,9 +143,9 @@ def _plan(
     return plan_step(
         name,
         "node",
-        cap=cap,
-        min_viable=min_viable,
-        reserve=reserve,
+        cap=budget.cap,
+        min_viable=budget.min_viable,
+        reserve=budget.reserve,
         deadline=deadline_from_state(state),
         attempt=attempt,
         run=run,
@@ -161,11 +173,19 @@ def _drain() -> None:
         control.request_drain(DRAIN_REASON)
 
 
-def _ended(state: Any, result: StepResult[Any], children: Sequence[StepRecord] = ()) -> Any:
+def _ended(
+    state: Any,
+    result: StepResult[Any],
+    run: RunTracker | None,
+    children: Sequence[StepRecord] = (),
+    reason: str | None = None,
+) -> Any:
     """The node's answer when its budget ran out: the outcome in state, or the error."""
     rec = result.record
     _drain()
-    if rec.status is StepStatus.SKIPPED:
+    if reason is not None:
+        pass
+    elif rec.status is StepStatus.SKIPPED:
         reason = (
             f"{rec.name} not started: budget {rec.allocated_ms} ms below min_viable"
             if rec.allocated_ms
@@ -175,33 +195,85 @@ def _ended(state: Any, result: StepResult[Any], children: Sequence[StepRecord] =
         reason = f"{rec.name} overran its budget of {rec.allocated_ms} ms (sync work abandoned)"
     else:
         reason = f"{rec.name} cancelled at its budget of {rec.allocated_ms} ms"
-    outcome = Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step=rec.name, reason=reason)
+    elapsed = None if run is None else round((time.monotonic() - run.started) * 1000.0, 3)
+    outcome = Outcome(
+        terminal=Terminal.DEADLINE_EXCEEDED, step=rec.name, reason=reason, elapsed_ms=elapsed
+    )
     if _has_fields(state):
         return {"deadline_outcome": outcome, "deadline_trace": [*children, rec]}
-    from ._errors import DeadlineExceeded
-
     err = result.error
     if isinstance(err, DeadlineExceeded):
         err.outcome = outcome
         raise err
-    raise DeadlineExceeded(reason, step=rec.name, outcome=outcome)
+    raise DeadlineExceeded(reason, step=rec.name, outcome=outcome) from err
 
 
 def _skipped(plan: Plan, state: Any, run: RunTracker | None) -> Any:
     record = plan.record(StepStatus.SKIPPED)
-    if run is not None:
-        run.records.append(record)
-    return _ended(state, StepResult(record))
+    commit_record(record, run)
+    return _ended(state, StepResult(record), run)
 
 
-def _finish(state: Any, result: StepResult[Any], children: list[StepRecord]) -> Any:
+def _finish(
+    state: Any,
+    result: StepResult[Any],
+    children: list[StepRecord],
+    plan: Plan,
+    budget: _Budget,
+    run: RunTracker | None,
+) -> Any:
     status = result.status
     if status is StepStatus.COMPLETED:
-        return _with_records(result.value, [*children, result.record], state)
+        return _with_records(_no_later_deadline(result.value), [*children, result.record], state)
     if status in (StepStatus.TIMED_OUT, StepStatus.ABANDONED):
-        return _ended(state, result, children)
+        return _ended(state, result, run, children)
     assert result.error is not None
+    if (why := _retry_would_not_fit(result.error, plan, budget, run)) is not None:
+        return _ended(state, result, run, children, why)
     raise result.error
+
+
+def _retry_would_not_fit(
+    error: BaseException, plan: Plan, budget: _Budget, run: RunTracker | None
+) -> str | None:
+    """Why LangGraph's retry of this failed attempt must not start, or None if it may.
+
+    The backoff is computed as LangGraph does, with its jitter at the worst case (+1 s).
+    """
+    if budget.retry is None or plan.deadline is None or not isinstance(error, Exception):
+        return None
+    # A RetryPolicy is a NamedTuple (a Sequence itself): tell one policy from a list of them.
+    policies = (budget.retry,) if hasattr(budget.retry, "max_attempts") else tuple(budget.retry)
+    policy = next((p for p in policies if _retries_on(p, error)), None)
+    if policy is None or plan.attempt >= policy.max_attempts:
+        return None
+    backoff = min(
+        policy.max_interval, policy.initial_interval * policy.backoff_factor ** (plan.attempt - 1)
+    ) + (1.0 if policy.jitter else 0.0)
+    reserve = budget.reserve if budget.reserve is not None else (run.reserve if run else 0.0)
+    left = plan.deadline._budget(None, reserve)
+    if backoff + budget.min_viable < left:
+        return None
+    return (
+        f"{plan.name} failed ({type(error).__name__}) and its retry would not fit: "
+        f"{backoff:.2f} s of backoff plus {budget.min_viable:.2f} s of work, {left:.2f} s left"
+    )
+
+
+def _retries_on(policy: Any, error: Exception) -> bool:
+    retry_on = policy.retry_on
+    if isinstance(retry_on, type):
+        return isinstance(error, retry_on)
+    if isinstance(retry_on, Sequence):
+        return isinstance(error, tuple(retry_on))
+    return bool(retry_on(error))
+
+
+def _no_later_deadline(value: Any) -> Any:
+    """A node may bring the deadline forward, never push it back: keep its update plain data."""
+    if isinstance(value, dict) and isinstance(value.get("deadline"), Deadline):
+        return {**value, "deadline": value["deadline"].timestamp}
+    return value
 
 
 def _with_records(value: Any, recs: list[StepRecord], state: Any) -> Any:
@@ -222,13 +294,7 @@ def _with_records(value: Any, recs: list[StepRecord], state: Any) -> Any:
 # -- functions ------------------------------------------------------------------------------------
 
 
-def _wrap_function(
-    fn: Callable[..., Any],
-    cap: float | None,
-    min_viable: float,
-    name: str | None,
-    reserve: float | None,
-) -> Any:
+def _wrap_function(fn: Callable[..., Any], budget: _Budget, name: str | None) -> Any:
     step: str = name or getattr(fn, "__name__", None) or "node"
     params = inspect.signature(fn).parameters
     wants = tuple(k for k in _INJECTABLE if k in params)
@@ -252,13 +318,13 @@ def _wrap_function(
             if _already_ended(state):
                 return None
             run = run_from_config(config)
-            plan = _plan(step, state, cap, min_viable, reserve, run, sync=False)
+            plan = _plan(step, state, budget, run, sync=False)
             if plan.skip:
                 return _skipped(plan, state, run)
             kwargs = kwargs_for(config, runtime)
             with child_records() as children:
                 result = await run_async(plan, lambda: fn(state, **kwargs), run=run)
-            return _finish(state, result, children)
+            return _finish(state, result, children, plan, budget, run)
 
         wrapper = async_wrapper
     else:
@@ -267,13 +333,13 @@ def _wrap_function(
             if _already_ended(state):
                 return None
             run = run_from_config(config)
-            plan = _plan(step, state, cap, min_viable, reserve, run, sync=True)
+            plan = _plan(step, state, budget, run, sync=True)
             if plan.skip:
                 return _skipped(plan, state, run)
             kwargs = kwargs_for(config, runtime)
             with child_records() as children:
                 result = run_sync(plan, lambda: fn(state, **kwargs), run=run)
-            return _finish(state, result, children)
+            return _finish(state, result, children, plan, budget, run)
 
         wrapper = sync_wrapper
 
@@ -316,11 +382,7 @@ class _suppress:
 
 
 def _wrap_runnable(
-    runnable: Runnable[Any, Any],
-    cap: float | None,
-    min_viable: float,
-    name: str | None,
-    reserve: float | None,
+    runnable: Runnable[Any, Any], budget: _Budget, name: str | None
 ) -> Runnable[Any, Any]:
     step = name or runnable.get_name()
     sync_only = (
@@ -331,25 +393,25 @@ def _wrap_runnable(
         if _already_ended(state):
             return None
         run = run_from_config(config)
-        plan = _plan(step, state, cap, min_viable, reserve, run, sync=True)
+        plan = _plan(step, state, budget, run, sync=True)
         if plan.skip:
             return _skipped(plan, state, run)
         body = functools.partial(runnable.invoke, state, config)
         with child_records() as children:
             result = run_sync(plan, body, run=run)
-        return _finish(state, result, children)
+        return _finish(state, result, children, plan, budget, run)
 
     async def ainvoke(state: Any, config: RunnableConfig) -> Any:
         if _already_ended(state):
             return None
         run = run_from_config(config)
-        plan = _plan(step, state, cap, min_viable, reserve, run, sync=sync_only)
+        plan = _plan(step, state, budget, run, sync=sync_only)
         if plan.skip:
             return _skipped(plan, state, run)
         body: Callable[[], Awaitable[Any]] = functools.partial(runnable.ainvoke, state, config)
         with child_records() as children:
             result = await run_async(plan, body, run=run)
-        return _finish(state, result, children)
+        return _finish(state, result, children, plan, budget, run)
 
     wrapped = RunnableLambda(invoke, afunc=ainvoke, name=step)
     object.__setattr__(wrapped, "__langgraph_deadline__", True)

@@ -59,6 +59,7 @@ class StepRecord:
     status: StepStatus
     side_effect_started: bool = False
     cancel_source: str | None = None
+    started_at: float | None = None  # epoch seconds when the step started
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data (the form stored in checkpoints)."""

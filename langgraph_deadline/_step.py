@@ -12,6 +12,7 @@ import dataclasses
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, Final, Generic, TypeVar
@@ -23,6 +24,7 @@ from ._clock import SYSTEM_CLOCK
 from ._context import current_deadline, deadline_scope
 from ._deadline import Deadline, earliest
 from ._errors import DeadlineExceeded
+from ._instrument import emit_step
 from ._records import StepKind, StepRecord, StepStatus
 
 __all__ = [
@@ -56,16 +58,21 @@ class RunTracker:
     in_flight: dict[int, Plan] = dataclasses.field(default_factory=dict)
     backstop_fired: bool = False
     latest: Any = None
+    run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
+    interrupted: bool = False
+    emitted: bool = False
+    started_at: float = dataclasses.field(default_factory=time.time)
     entry: object = None  # the graph whose ainvoke prepared this run, until its astream starts
 
     def clock_now(self) -> float:
         return time.monotonic()
 
-    def close(self, key: int, record: StepRecord) -> None:
+    def close(self, key: int, record: StepRecord) -> bool:
         """Record a step once: after the backstop has closed a step, its late record is dropped."""
         if self.in_flight.pop(key, None) is None and self.backstop_fired:
-            return
+            return False
         self.records.append(record)
+        return True
 
     def fire_backstop(self) -> list[StepRecord]:
         """The run's own deadline hit: close every step still in flight; return their records."""
@@ -76,6 +83,9 @@ class RunTracker:
             closed.append(plan.record(status, cancel_source="run_deadline"))
         self.in_flight.clear()
         self.records.extend(closed)
+        deadline_at = self.deadline.timestamp if self.deadline else None
+        for record in closed:
+            emit_step(record, self.run_id, deadline_at)
         return closed
 
 
@@ -104,6 +114,7 @@ class Plan:
     min_viable: float
     started: float
     sync: bool = False
+    started_at: float = 0.0
 
     @property
     def skip(self) -> bool:
@@ -144,6 +155,7 @@ class Plan:
             status=status,
             side_effect_started=side_effect_started,
             cancel_source=cancel_source,
+            started_at=self.started_at,
         )
 
 
@@ -177,7 +189,9 @@ def plan_step(
         budget = d._budget(cap, res)
         if cap is None or budget < cap:
             budget = max(0.0, budget - HANDOFF)
-    return Plan(name, kind, attempt, d, left, cap, budget, min_viable, time.monotonic(), sync)
+    return Plan(
+        name, kind, attempt, d, left, cap, budget, min_viable, time.monotonic(), sync, time.time()
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -292,6 +306,15 @@ def run_sync(
         return _finish(run, key, commit, StepResult(rec, error=overrun))
     if "error" in box:
         err = box["error"]
+        if (
+            isinstance(err, DeadlineExceeded)
+            and step_deadline is not None
+            and step_deadline.expired
+        ):
+            # The body stopped itself at its budget (check(), client_timeout()): cut, not failed.
+            source = "run_deadline" if plan.clamped else "step_cap"
+            rec = plan.record(StepStatus.TIMED_OUT, cancel_source=source)
+            return _finish(run, key, commit, StepResult(rec, error=err))
         if isinstance(err, GraphBubbleUp):
             if run is not None:
                 run.in_flight.pop(key, None)
@@ -346,11 +369,25 @@ def _finish(run: RunTracker | None, key: int, commit: bool, result: StepResult[T
         if run is not None:
             run.in_flight.pop(key, None)
         return result
-    if run is not None:
-        run.close(key, result.record)
-    if result.record.kind != "node" and (sink := _CHILDREN.get()) is not None:
-        sink.append(result.record)
+    commit_record(result.record, run, key)
     return result
+
+
+def commit_record(record: StepRecord, run: RunTracker | None, key: int | None = None) -> None:
+    """The one place a step record is kept: the run's records, the enclosing node's children
+    (for the trace in state), and the observers."""
+    if run is not None:
+        if key is not None:
+            if not run.close(key, record):
+                return
+        else:
+            run.records.append(record)
+    if record.kind != "node" and (sink := _CHILDREN.get()) is not None:
+        sink.append(record)
+    if run is not None:
+        emit_step(record, run.run_id, run.deadline.timestamp if run.deadline else None)
+    else:
+        emit_step(record, None, None)
 
 
 _CHILDREN: Final[ContextVar[list[StepRecord] | None]] = ContextVar(
@@ -372,7 +409,4 @@ def child_records() -> Iterator[list[StepRecord]]:
 
 def record_child(record: StepRecord, run: RunTracker | None) -> None:
     """Record a step that did not run through `run_async`/`run_sync` (a skipped or stale one)."""
-    if run is not None:
-        run.records.append(record)
-    if (sink := _CHILDREN.get()) is not None:
-        sink.append(record)
+    commit_record(record, run)

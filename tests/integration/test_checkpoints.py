@@ -105,7 +105,14 @@ def test_resume_after_the_deadline_ends_at_once_without_rerunning_nodes(
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     assert out["deadline_outcome"].step == "ask"
     assert calls == ["ask"]  # the interrupted node's body did not run again
-    assert graph.get_state(cfg).values["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    # The checkpoint is left as it was: the run is still paused at "ask", so a resume that
+    # grants a new deadline continues there and the answer is not lost.
+    snapshot = graph.get_state(cfg)
+    assert snapshot.next == ("ask",)
+    assert snapshot.values.get("deadline_outcome") is None
+    out = graph.invoke(Command(resume="late yes", update=deadline_input(5.0)), cfg)
+    assert out["log"] == ["answer:late yes", "after"]
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
 
 
 def test_a_new_budget_can_be_granted_explicitly_on_resume(saver: SqliteSaver) -> None:
@@ -205,3 +212,50 @@ async def test_timeout_policy_and_budget_the_smaller_wins(
     else:
         assert error is None
         assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+
+
+def test_a_thread_without_a_new_deadline_does_not_inherit_the_old_one(saver: SqliteSaver) -> None:
+    def work(state: State) -> dict[str, Any]:
+        return {"log": [*state["log"], "work"]}
+
+    b = StateGraph(State)
+    b.add_node("work", work)
+    b.add_edge(START, "work")
+    cfg = {"configurable": {"thread_id": "no-timeout"}}
+    with_deadlines(b, timeout=0.05, checkpointer=saver).invoke({"log": []}, cfg)
+    time.sleep(0.1)  # that deadline has passed
+    out = with_deadlines(b, checkpointer=saver).invoke({"log": []}, cfg)  # no timeout at all
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+    assert out["deadline"] is None
+
+
+def test_a_node_returning_a_deadline_object_is_checkpointed_as_plain_data(
+    saver: SqliteSaver,
+) -> None:
+    from langgraph_deadline import Deadline
+
+    def tighten(state: State) -> dict[str, Any]:
+        return {"deadline": Deadline.after(1.0)}
+
+    b = StateGraph(State)
+    b.add_node("tighten", tighten)
+    b.add_edge(START, "tighten")
+    cfg = {"configurable": {"thread_id": "tighten"}}
+    out = with_deadlines(b, timeout=60, checkpointer=saver).invoke({"log": []}, cfg)
+    assert out["deadline"] - time.time() < 1.5  # brought forward, stored as epoch seconds
+    assert isinstance(saver.get_tuple(cfg).checkpoint["channel_values"]["deadline"], float)
+
+
+def test_caps_for_a_node_already_budgeted_are_refused() -> None:
+    from langgraph_deadline import budgeted
+
+    @budgeted(cap=1.0)
+    def node(state: State) -> dict[str, Any]:
+        return {}
+
+    b = StateGraph(State)
+    b.add_node("node", node)
+    b.add_edge(START, "node")
+    with pytest.raises(ValueError, match="already wrapped with budgeted"):
+        with_deadlines(b, caps={"node": 2.0})
+    with_deadlines(b)  # without caps it keeps its own budget

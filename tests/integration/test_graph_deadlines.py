@@ -160,8 +160,11 @@ async def test_retry_policy_stops_when_the_budget_cannot_cover_the_next_attempt(
     assert took < 1.0 + MARGIN
     assert 2 <= len(attempts) <= 4  # 0.3 s an attempt: never 50, never one started past 0.8 s
     assert all(t - t0 < 0.85 for t in attempts)
+    # Either the last retry was refused up front (its backoff plus min_viable did not fit), or
+    # an attempt was skipped or cut: never a retry that the budget could not cover.
     statuses = [r.status for r in out["deadline_trace"]]
-    assert StepStatus.SKIPPED in statuses or StepStatus.TIMED_OUT in statuses
+    refused = "retry would not fit" in out["deadline_outcome"].reason
+    assert refused or StepStatus.SKIPPED in statuses or StepStatus.TIMED_OUT in statuses
 
 
 def test_sync_graph_with_a_blocking_node_returns_on_time_and_says_abandoned() -> None:
@@ -328,3 +331,56 @@ def test_bad_configuration_gets_clear_errors() -> None:
         with_deadlines(object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cap"):
         budgeted(lambda s: s, cap=-2)
+
+
+def test_terminal_of_works_outside_an_event_loop() -> None:
+    assert terminal_of({"log": []}) is Terminal.COMPLETED
+    assert terminal_of({"log": [], "__interrupt__": ["x"]}) is None  # paused, not ended
+    assert terminal_of(TimeoutError()) is Terminal.DEADLINE_EXCEEDED
+    assert terminal_of(asyncio.CancelledError()) is Terminal.CANCELLED
+    assert terminal_of(ValueError()) is Terminal.FAILED
+
+
+def test_a_sync_node_that_stops_itself_with_check_is_cut_not_failed() -> None:
+    from langgraph_deadline import check
+
+    def loop(state: State) -> dict[str, Any]:
+        while True:
+            check()  # cooperative: raises DeadlineExceeded once the budget is spent
+            time.sleep(0.005)
+
+    b = StateGraph(State)
+    b.add_node("loop", loop)
+    b.add_edge(START, "loop")
+    for _ in range(5):
+        out = with_deadlines(b, timeout=0.2).invoke({"log": []})
+        assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+        assert out["deadline_trace"][-1].status in (StepStatus.TIMED_OUT, StepStatus.ABANDONED)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("call", ["ainvoke", "astream", "invoke"])
+async def test_retry_policy_backoff_that_cannot_fit_is_not_waited_for(call: str) -> None:
+    attempts: list[float] = []
+
+    def flaky(state: State) -> dict[str, Any]:
+        attempts.append(time.monotonic())
+        raise ConnectionError("upstream down")
+
+    b = StateGraph(State)
+    b.add_node("flaky", flaky, retry_policy=RetryPolicy(initial_interval=3.0, jitter=False))
+    b.add_edge(START, "flaky")
+    graph = with_deadlines(b, timeout=1.0)
+    t0 = time.monotonic()
+    if call == "ainvoke":
+        out = await graph.ainvoke({"log": []})
+    elif call == "invoke":
+        out = await asyncio.to_thread(graph.invoke, {"log": []})
+    else:
+        out = {}
+        async for chunk in graph.astream({"log": []}, stream_mode="values"):
+            out = chunk
+    assert time.monotonic() - t0 < 0.5  # no 3 s sleep, no waiting for the deadline
+    assert len(attempts) == 1
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert "retry would not fit" in out["deadline_outcome"].reason

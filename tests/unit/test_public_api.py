@@ -32,6 +32,9 @@ DOCUMENTED = {
     "deadline_scope",
     "earliest",
     "remaining",
+    "retry",
+    "stop_at_deadline",
+    "wait_within_deadline",
     "terminal_of",
     "with_deadlines",
 }
