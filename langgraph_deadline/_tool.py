@@ -18,6 +18,7 @@ from pydantic import ConfigDict
 from ._cache import StaleCache, cache_key
 from ._errors import DeadlineExceeded
 from ._records import StepStatus
+from ._retry import RetryOn, _accepts, retry
 from ._step import Plan, StepResult, plan_step, record_child, run_async, run_from_config, run_sync
 from ._validate import check_cap, check_seconds
 
@@ -61,6 +62,13 @@ def timeout_message(info: ToolTimeout) -> str:
 
 
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (httpx.TransportError, ConnectionError)
+_NOT_SENT: tuple[type[BaseException], ...] = (httpx.ConnectError, httpx.ConnectTimeout)
+"""Errors that prove the request never left: repeating it cannot repeat a side effect."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Tries:
+    started: int = 0
 
 
 class DeadlineTool(BaseTool):
@@ -81,6 +89,9 @@ class DeadlineTool(BaseTool):
     cache: Any = None  # StaleCache
     cache_namespace: Any = None  # Namespace
     message: Any = None  # Callable[[ToolTimeout], str] | str | None
+    retry_on: Any = None  # RetryOn | None
+    attempts: int = 3
+    idempotency_key: Any = None  # Callable[[Mapping[str, Any]], str] | None
 
     # -- what ToolNode inspects on tools: delegate to the wrapped one --------------------------
 
@@ -102,24 +113,46 @@ class DeadlineTool(BaseTool):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         cfg = ensure_config(config)
+        run = run_from_config(cfg)
         plan = self._plan(cfg, sync=True)
         if plan.skip:
             return self._ran_out(input, cfg, plan, StepResult(plan.record(StepStatus.SKIPPED)))
-        result = run_sync(plan, lambda: self.inner.invoke(input, cfg, **kwargs), commit=False)
-        return self._settle(input, cfg, plan, result, self._store_sync)
+        tries = _Tries()
+        call_cfg = self._call_config(input, cfg)
+
+        def once() -> Any:
+            tries.started += 1
+            return self.inner.invoke(input, call_cfg, **kwargs)
+
+        body = self._retrying(once, tries) if self.retry_on is not None else once
+        result = self._account(run_sync(plan, body, run=run, commit=False), tries)
+        if result.status is StepStatus.COMPLETED:
+            record_child(result.record, run)
+            self._store_sync(input, cfg, result.value)
+            return result.value
+        if _is_timeout(result) or _is_transport(result):
+            return self._ran_out(input, cfg, plan, result)
+        record_child(result.record, run)
+        assert result.error is not None
+        raise result.error
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         cfg = ensure_config(config)
-        sync = getattr(self.inner, "coroutine", True) is None
-        plan = self._plan(cfg, sync=sync)
+        run = run_from_config(cfg)
+        plan = self._plan(cfg, sync=getattr(self.inner, "coroutine", True) is None)
         if plan.skip:
             return await self._aran_out(
                 input, cfg, plan, StepResult(plan.record(StepStatus.SKIPPED))
             )
-        run = run_from_config(cfg)
-        result = await run_async(
-            plan, lambda: self.inner.ainvoke(input, cfg, **kwargs), run=run, commit=False
-        )
+        tries = _Tries()
+        call_cfg = self._call_config(input, cfg)
+
+        async def once() -> Any:
+            tries.started += 1
+            return await self.inner.ainvoke(input, call_cfg, **kwargs)
+
+        body = self._retrying(once, tries) if self.retry_on is not None else once
+        result = self._account(await run_async(plan, body, run=run, commit=False), tries)
         if result.status is StepStatus.COMPLETED:
             record_child(result.record, run)
             await self._store_async(input, cfg, result.value)
@@ -129,6 +162,41 @@ class DeadlineTool(BaseTool):
         record_child(result.record, run)
         assert result.error is not None
         raise result.error
+
+    # -- retries and side effects -------------------------------------------------------------
+
+    def _call_config(self, input: Any, cfg: RunnableConfig) -> RunnableConfig:
+        """The config the tool runs with: its idempotency key in `metadata`, when it has one."""
+        if self.idempotency_key is None:
+            return cfg
+        key = self.idempotency_key(self._visible_args(input))
+        return {**cfg, "metadata": {**(cfg.get("metadata") or {}), "idempotency_key": key}}
+
+    def _retrying(self, once: Callable[[], Any], tries: _Tries) -> Callable[[], Any]:
+        """`once` retried within the tool's budget. A tool with side effects is retried only
+        when repeating it is safe: it has an idempotency key, or the request never left
+        (a connect error)."""
+        accepts = _accepts(self.retry_on)
+
+        def retryable(exc: BaseException) -> bool:
+            if not accepts(exc):
+                return False
+            if self.side_effect and self.idempotency_key is None:
+                return isinstance(exc, _NOT_SENT)
+            return True
+
+        return retry(once, on=retryable, attempts=self.attempts, name=self.name)
+
+    def _account(self, result: StepResult[Any], tries: _Tries) -> StepResult[Any]:
+        """The call's record says how many attempts ran and whether a side effect may have
+        started (conservatively: a write tool's body ran, and did not fail before sending)."""
+        started = self.side_effect and tries.started > 0 and not isinstance(result.error, _NOT_SENT)
+        if tries.started <= 1 and not started:
+            return result
+        rec = dataclasses.replace(
+            result.record, attempt=max(1, tries.started), side_effect_started=started
+        )
+        return StepResult(rec, result.value, result.error)
 
     def _plan(self, cfg: RunnableConfig, *, sync: bool) -> Plan:
         return plan_step(
@@ -346,6 +414,9 @@ def _make(
     cache: StaleCache | None,
     cache_namespace: Namespace,
     message: Callable[[ToolTimeout], str] | str | None,
+    retry_on: RetryOn | None = None,
+    attempts: int = 3,
+    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
 ) -> DeadlineTool:
     if isinstance(inner, DeadlineTool):
         inner = inner.inner
@@ -362,6 +433,12 @@ def _make(
         raise TypeError(f"cache must be a StaleCache, got {type(cache).__name__}")
     if message is not None and not (isinstance(message, str) or callable(message)):
         raise TypeError("message must be a format string or a function of ToolTimeout")
+    if retry_on is not None:
+        _accepts(retry_on)  # a clear error now, not at the first failure
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise ValueError(f"tool {inner.name!r}: attempts must be an int >= 1, got {attempts!r}")
+    if idempotency_key is not None and not callable(idempotency_key):
+        raise TypeError("idempotency_key must be a function of the tool's arguments")
     return DeadlineTool(
         name=inner.name,
         description=inner.description,
@@ -378,6 +455,9 @@ def _make(
         cache=cache,
         cache_namespace=cache_namespace,
         message=message,
+        retry_on=retry_on,
+        attempts=attempts,
+        idempotency_key=idempotency_key,
     )
 
 
@@ -392,6 +472,9 @@ def deadline_tool(
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
     message: Callable[[ToolTimeout], str] | str | None = None,
+    retry_on: RetryOn | None = None,
+    attempts: int = 3,
+    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
     description: str | None = None,
     args_schema: Any = None,
     return_direct: bool = False,
@@ -411,6 +494,9 @@ def deadline_tool(
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
     message: Callable[[ToolTimeout], str] | str | None = None,
+    retry_on: RetryOn | None = None,
+    attempts: int = 3,
+    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
     description: str | None = None,
     args_schema: Any = None,
     return_direct: bool = False,
@@ -429,6 +515,9 @@ def deadline_tool(
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
     message: Callable[[ToolTimeout], str] | str | None = None,
+    retry_on: RetryOn | None = None,
+    attempts: int = 3,
+    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
     description: str | None = None,
     args_schema: Any = None,
     return_direct: bool = False,
@@ -451,6 +540,12 @@ def deadline_tool(
     without either nothing is cached. `message` overrides the text (a format string with
     `{tool}`, `{seconds}`, `{status}`, `{remaining}`, or a function of `ToolTimeout`).
 
+    `retry_on` (as in `retry(on=...)`) retries failed attempts up to `attempts` times, inside
+    the same budget: no attempt or backoff starts that cannot fit. A `side_effect=True` tool
+    (one that changes the world) is not retried once its request may have left, unless it has
+    an `idempotency_key` (a function of its arguments; the key reaches the tool as
+    `config["metadata"]["idempotency_key"]`); its record says whether a side effect started.
+
     Raises:
         ValueError, TypeError: bad numbers, a cache on a tool that is not read-only, etc.
     """
@@ -462,6 +557,9 @@ def deadline_tool(
         "cache": cache,
         "cache_namespace": cache_namespace,
         "message": message,
+        "retry_on": retry_on,
+        "attempts": attempts,
+        "idempotency_key": idempotency_key,
     }
     if isinstance(name_or_callable, BaseTool):
         return _make(name_or_callable, **options)

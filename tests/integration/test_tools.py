@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -380,3 +381,64 @@ async def test_tool_errors_that_are_not_timeouts_keep_langchains_behaviour() -> 
     reply = out["messages"][-1]
     assert reply.status == "error" and "bad input" in reply.content
     await asyncio.sleep(0)
+
+
+def _post_tool(server: SlowServer, **options: Any) -> Any:
+    @deadline_tool(timeout=3, side_effect=True, retry_on=httpx.HTTPStatusError, **options)
+    def refund(order_id: str, config: RunnableConfig) -> str:
+        """Refund an order."""
+        key = (config.get("metadata") or {}).get("idempotency_key", "")
+        r = httpx.post(server.url(f"/slow?delay=0&status=503&key={key}"), timeout=5)
+        r.raise_for_status()
+        return "refunded"
+
+    return refund
+
+
+@pytest.mark.anyio
+async def test_a_write_tool_is_not_retried_once_its_request_may_have_left(
+    slow_server: SlowServer,
+) -> None:
+    from langgraph_deadline import StepRecord
+
+    refund = _post_tool(slow_server)
+    b = StateGraph(Msgs)
+    b.add_node("tools", ToolNode([refund], handle_tool_errors=True))
+    b.add_edge(START, "tools")
+    out = await with_deadlines(b, timeout=5).ainvoke(
+        {"messages": [tool_calls(("refund", {"order_id": "42"}))]}
+    )
+    assert len(slow_server.requests) == 1  # never sent twice
+    assert out["messages"][-1].status == "error"
+    rec: StepRecord = next(r for r in out["deadline_trace"] if r.name == "refund" and r.attempt)
+    calls = [r for r in out["deadline_trace"] if r.kind == "tool" and r.name == "refund"]
+    assert any(r.side_effect_started for r in calls), calls
+    assert rec.kind == "tool"
+
+
+def test_a_write_tool_with_an_idempotency_key_is_retried_with_the_same_key(
+    slow_server: SlowServer,
+) -> None:
+    refund = _post_tool(
+        slow_server, attempts=3, idempotency_key=lambda a: f"refund-{a['order_id']}"
+    )
+    with pytest.raises(httpx.HTTPStatusError):
+        refund.invoke({"order_id": "42"})
+    assert len(slow_server.requests) == 3
+    assert {r.query["key"] for r in slow_server.requests} == {"refund-42"}
+
+
+def test_a_read_tool_retries_within_its_budget(slow_server: SlowServer) -> None:
+    hits = [0]
+
+    @deadline_tool(timeout=2, retry_on=httpx.HTTPStatusError, attempts=3)
+    def status(order_id: str) -> str:
+        """Order status."""
+        hits[0] += 1
+        code = 503 if hits[0] < 2 else 200
+        r = httpx.get(slow_server.url(f"/slow?delay=0&status={code}"), timeout=5)
+        r.raise_for_status()
+        return "shipped"
+
+    assert status.invoke({"order_id": "42"}) == "shipped"
+    assert len(slow_server.requests) == 2
