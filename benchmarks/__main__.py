@@ -8,12 +8,13 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import overhead, overshoot
+from . import overhead, overshoot, tools
 from ._common import Section, machine
 
 BENCHMARKS: dict[str, Callable[..., Section]] = {
     "overhead": overhead.run,
     "overshoot": overshoot.run,
+    "tools": tools.run,
 }
 
 

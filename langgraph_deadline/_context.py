@@ -174,7 +174,9 @@ class deadline_scope:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
+        # Never swallows: a cancellation this scope caught becomes DeadlineExceeded, so type
+        # checkers can tell that code after an `async with deadline_scope(...)` block is reached.
         cancel, self._cancel = self._cancel, None
         frames = _SCOPES.get()
         try:
@@ -197,7 +199,6 @@ class deadline_scope:
             # scopes, so the error raised there shows the inner ones too (and which were clamped).
             with contextlib.suppress(AttributeError):
                 setattr(exc, _CHAIN, frames)
-        return swallowed
 
     def __repr__(self) -> str:
         return f"deadline_scope({self._requested!r}, name={self._name!r})"
