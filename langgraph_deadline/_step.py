@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, Final, Generic, TypeVar
 
@@ -395,16 +395,19 @@ _CHILDREN: Final[ContextVar[list[StepRecord] | None]] = ContextVar(
 )
 
 
-@contextlib.contextmanager
-def child_records() -> Iterator[list[StepRecord]]:
+class child_records:
     """Collect the records of the steps (tools, model calls, HTTP) run inside a node, so the
     node can add them to the run's trace in state along with its own."""
-    sink: list[StepRecord] = []
-    token = _CHILDREN.set(sink)
-    try:
-        yield sink
-    finally:
-        _CHILDREN.reset(token)
+
+    __slots__ = ("_token", "sink")
+
+    def __enter__(self) -> list[StepRecord]:
+        self.sink: list[StepRecord] = []
+        self._token = _CHILDREN.set(self.sink)
+        return self.sink
+
+    def __exit__(self, *exc: object) -> None:
+        _CHILDREN.reset(self._token)
 
 
 def record_child(record: StepRecord, run: RunTracker | None) -> None:
