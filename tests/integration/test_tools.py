@@ -442,3 +442,29 @@ def test_a_read_tool_retries_within_its_budget(slow_server: SlowServer) -> None:
 
     assert status.invoke({"order_id": "42"}) == "shipped"
     assert len(slow_server.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_tool_node_handle_tool_errors_does_not_swallow_the_runs_deadline() -> None:
+    from langgraph_deadline import client_timeout
+
+    @tool
+    async def plain(query: str) -> str:
+        """A plain LangChain tool that honours the deadline through client_timeout()."""
+        await asyncio.sleep(0.5)
+        client_timeout()  # raises DeadlineExceeded once nothing is left
+        return "late"
+
+    b = StateGraph(Msgs)
+    b.add_node("tools", ToolNode([plain], handle_tool_errors=True))
+    b.add_node("after", lambda s: {"messages": [AIMessage("after")]})
+    b.add_edge(START, "tools")
+    b.add_edge("tools", "after")
+    t0 = time.monotonic()
+    out = await with_deadlines(b, timeout=0.3).ainvoke(
+        {"messages": [tool_calls(("plain", {"query": "q"}))]}
+    )
+    assert time.monotonic() - t0 < 0.3 + MARGIN
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert out["deadline_outcome"].step == "tools"
+    assert not any(getattr(m, "content", "") == "after" for m in out["messages"])
