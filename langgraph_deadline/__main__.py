@@ -1,4 +1,5 @@
-"""Command line: `langgraph-deadline demo` (also `python -m langgraph_deadline demo`)."""
+"""Command line: `langgraph-deadline demo` and `langgraph-deadline report TRACE.jsonl`
+(also `python -m langgraph_deadline ...`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,30 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a real multi-hop graph against a slow local service")
     demo.add_argument("--budget", type=float, default=1.5, help="the run's deadline, seconds")
+    report = sub.add_parser(
+        "report",
+        help="where the budget went: per-step latency, deadline-exceeded rates, suggested caps",
+        description="Summarise JSON-lines traces written by JsonlTraceWriter.",
+    )
+    report.add_argument("trace", nargs="+", help="JSON-lines trace file(s)")
+    report.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also draw a run's waterfall and the per-step distributions (.png, .svg or .html; "
+        "needs the 'plot' extra)",
+    )
+    report.add_argument(
+        "--run",
+        metavar="RUN_ID",
+        help="the run to draw (an id or a unique prefix; default: the run that used the most "
+        "of its budget)",
+    )
+    report.add_argument(
+        "--headroom",
+        type=float,
+        default=1.2,
+        help="recommended cap = p99 of healthy runs x this (default 1.2)",
+    )
     args = parser.parse_args(argv)
     if args.command == "demo":
         from ._demo import run_demo
@@ -26,7 +51,55 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(run_demo(budget))
         return 0
+    if args.command == "report":
+        return _report(parser, args)
     return 2
+
+
+def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from ._report import format_report, read_trace, step_stats
+
+    if not (args.headroom >= 1.0 and args.headroom < float("inf")):
+        parser.error(f"--headroom must be a finite number >= 1, got {args.headroom}")
+    if args.plot is not None and not args.plot.lower().endswith((".png", ".svg", ".html")):
+        parser.error(f"--plot needs a .png, .svg or .html file, got {args.plot!r}")
+    try:
+        trace = read_trace(args.trace)
+    except OSError as exc:
+        print(
+            f"langgraph-deadline report: cannot read {exc.filename}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        return 2
+    if not trace.runs and not trace.loose:
+        print(
+            f"langgraph-deadline report: no step or run events in {', '.join(args.trace)}",
+            file=sys.stderr,
+        )
+        return 1
+    stats = step_stats(trace, headroom=args.headroom)
+    text = format_report(trace, stats, headroom=args.headroom)
+    print(text)
+    if args.plot is None:
+        return 0
+    try:
+        run = trace.run(args.run)
+    except LookupError as exc:
+        print(f"langgraph-deadline report: {exc}", file=sys.stderr)
+        return 2
+    try:
+        from ._report_plot import write_plot
+
+        written = write_plot(args.plot, trace, stats, run, report_text=text)
+    except ImportError:
+        print(
+            "langgraph-deadline report: --plot needs matplotlib: "
+            "pip install 'langgraph-deadline[plot]'",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"\nwrote {written} (run {run.run_id})")
+    return 0
 
 
 if __name__ == "__main__":

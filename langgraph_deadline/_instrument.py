@@ -3,18 +3,31 @@
 An observer is any object with `on_step(event)` and `on_run(event)`. `set_observers(None)`
 restores the defaults, `set_observers([])` switches instrumentation off. Observers must be
 quick and must not raise: an error in one is logged and dropped, never the run's problem.
+
+The defaults are LangChain callbacks (custom events) plus the backends named in the
+`LANGGRAPH_DEADLINE_INSTRUMENT` environment variable (`otel`, `prometheus`, or `off`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+import os
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol, runtime_checkable
 
 from ._records import Outcome, StepRecord
 
-__all__ = ["Observer", "RunEvent", "StepEvent", "get_observers", "set_observers"]
+__all__ = [
+    "INSTRUMENT_ENV",
+    "Observer",
+    "RunEvent",
+    "StepEvent",
+    "get_observers",
+    "run_fields",
+    "set_observers",
+    "step_fields",
+]
 
 log = logging.getLogger("langgraph_deadline")
 
@@ -52,9 +65,116 @@ _observers: tuple[Observer, ...] = ()
 _defaults_loaded = False
 
 
+INSTRUMENT_ENV: Final = "LANGGRAPH_DEADLINE_INSTRUMENT"
+"""Environment variable naming the default backends besides LangChain callbacks, comma-separated:
+`otel`, `prometheus`; `off` switches every default off (callbacks included)."""
+
+Field = str | int | float | bool | None
+
+
+def step_fields(event: StepEvent) -> dict[str, Field]:
+    """The only step data that leaves the process (callbacks, spans, metrics, trace files).
+
+    A whitelist, not `to_dict()`: a field added to `StepRecord` reaches no backend until it is
+    named here. Names and numbers only: no arguments, messages, results or error texts.
+    """
+    r = event.record
+    return {
+        "run_id": event.run_id,
+        "deadline_at": event.deadline_at,
+        "name": r.name,
+        "kind": r.kind,
+        "attempt": r.attempt,
+        "status": r.status.value,
+        "remaining_ms": r.remaining_ms,
+        "requested_ms": r.requested_ms,
+        "allocated_ms": r.allocated_ms,
+        "clamped": r.clamped,
+        "elapsed_ms": r.elapsed_ms,
+        "side_effect_started": r.side_effect_started,
+        "cancel_source": r.cancel_source,
+        "started_at": r.started_at,
+    }
+
+
+def run_fields(event: RunEvent) -> dict[str, Field]:
+    """The only run data that leaves the process. The outcome's `reason` is left out: it may
+    quote an error message from user code."""
+    o = event.outcome
+    budget_ms = (
+        None
+        if event.deadline_at is None
+        else round((event.deadline_at - event.started_at) * 1000.0, 3)
+    )
+    return {
+        "run_id": event.run_id,
+        "terminal": o.terminal.value,
+        "step": o.step,
+        "elapsed_ms": o.elapsed_ms,
+        "started_at": event.started_at,
+        "deadline_at": event.deadline_at,
+        "budget_ms": budget_ms,
+        "reserve_ms": round(event.reserve_s * 1000.0, 3),
+    }
+
+
+def _otel() -> Observer:
+    from ._instrument_otel import OtelObserver
+
+    return OtelObserver()
+
+
+def _prometheus() -> Observer:
+    from ._instrument_prometheus import PrometheusObserver
+
+    return PrometheusObserver()
+
+
+_BACKENDS: Final[dict[str, tuple[Callable[[], Observer], str]]] = {
+    "otel": (_otel, "otel"),
+    "opentelemetry": (_otel, "otel"),
+    "prometheus": (_prometheus, "prometheus"),
+}
+
+
 def _default_observers() -> tuple[Observer, ...]:
-    """The backends that are installed and wanted by default (none yet in the core)."""
-    return ()
+    """LangChain callbacks, plus the backends named in `LANGGRAPH_DEADLINE_INSTRUMENT`.
+
+    OpenTelemetry and Prometheus are opt-in even when installed: creating spans and registering
+    metrics in the global registry of an application that did not ask for them would surprise
+    it. A named backend that is not installed, or an unknown name, is logged and left out.
+    """
+    names = [n.strip().lower() for n in os.environ.get(INSTRUMENT_ENV, "").split(",")]
+    names = [n for n in dict.fromkeys(names) if n and n != "callbacks"]
+    if {"off", "none"} & set(names):
+        return ()
+    from ._instrument_callbacks import CallbacksObserver
+
+    found: list[Observer] = [CallbacksObserver()]
+    started: set[str] = set()
+    for name in names:
+        backend = _BACKENDS.get(name)
+        if backend is not None and backend[1] in started:
+            continue  # "otel,opentelemetry": one backend
+        if backend is None:
+            log.warning(
+                "%s: unknown backend %r (known: otel, prometheus, off)", INSTRUMENT_ENV, name
+            )
+            continue
+        factory, extra = backend
+        started.add(extra)
+        try:
+            found.append(factory())
+        except ImportError:
+            log.warning(
+                "%s names %r, which is not installed: pip install 'langgraph-deadline[%s]'",
+                INSTRUMENT_ENV,
+                name,
+                extra,
+            )
+        except Exception:
+            log.warning("%s: could not start the %r backend", INSTRUMENT_ENV, name, exc_info=True)
+    return tuple(found)
 
 
 def set_observers(observers: Sequence[Observer] | None) -> None:

@@ -57,3 +57,24 @@ def test_deadline_exceeded_is_a_timeout_error_langgraph_does_not_retry() -> None
     assert isinstance(err, TimeoutError)
     assert not default_retry_on(err)
     assert err.outcome.terminal is langgraph_deadline.Terminal.DEADLINE_EXCEEDED
+
+
+def test_instrument_module_surface() -> None:
+    import langgraph_deadline.instrument as instrument
+
+    assert set(instrument.__all__) == {
+        "CallbacksObserver",
+        "JsonlTraceWriter",
+        "Observer",
+        "OtelObserver",
+        "PrometheusObserver",
+        "RunEvent",
+        "StepEvent",
+        "count_tokens_after_deadline",
+        "get_observers",
+        "run_fields",
+        "set_observers",
+        "step_fields",
+    }
+    for name in instrument.__all__:
+        assert hasattr(instrument, name), name

@@ -1,0 +1,36 @@
+"""Where step records and run outcomes go besides graph state: observers and their backends.
+
+An observer is any object with `on_step(StepEvent)` and `on_run(RunEvent)`. The defaults are
+chosen by `LANGGRAPH_DEADLINE_INSTRUMENT` (see the observability how-to); `set_observers([...])`
+replaces them and `set_observers([])` switches instrumentation off. The OpenTelemetry,
+Prometheus and plotting libraries are imported only when their observer is created.
+"""
+
+from ._instrument import (
+    Observer,
+    RunEvent,
+    StepEvent,
+    get_observers,
+    run_fields,
+    set_observers,
+    step_fields,
+)
+from ._instrument_callbacks import CallbacksObserver
+from ._instrument_jsonl import JsonlTraceWriter
+from ._instrument_otel import OtelObserver
+from ._instrument_prometheus import PrometheusObserver, count_tokens_after_deadline
+
+__all__ = [
+    "CallbacksObserver",
+    "JsonlTraceWriter",
+    "Observer",
+    "OtelObserver",
+    "PrometheusObserver",
+    "RunEvent",
+    "StepEvent",
+    "count_tokens_after_deadline",
+    "get_observers",
+    "run_fields",
+    "set_observers",
+    "step_fields",
+]
