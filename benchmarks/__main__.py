@@ -8,13 +8,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import overhead, overshoot, tools
+from . import http_overhead, overhead, overshoot, tools
 from ._common import Section, machine
 
 BENCHMARKS: dict[str, Callable[..., Section]] = {
     "overhead": overhead.run,
     "overshoot": overshoot.run,
     "tools": tools.run,
+    "http": http_overhead.run,
 }
 
 

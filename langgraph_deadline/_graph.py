@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -363,13 +364,19 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 state=run.latest,
             )
         latest = run.latest if isinstance(run.latest, Mapping) else {}
+        saved = self.checkpointer is not None and cfg.get("configurable", {}).get("thread_id")
+        clean: RunnableConfig = {
+            **cfg,
+            "configurable": {k: v for k, v in cfg["configurable"].items() if k != RUN_KEY},
+        }
+        if saved:
+            # The checkpoint may be ahead of the last streamed values (a superstep committed
+            # just before the cancel): compare with it, so no record is written twice.
+            with contextlib.suppress(Exception):
+                latest = (await self.aget_state(clean)).values
         known = list(latest.get("deadline_trace") or [])
         missing = [r for r in run.records if r not in known]
-        if self.checkpointer is not None and cfg.get("configurable", {}).get("thread_id"):
-            clean: RunnableConfig = {
-                **cfg,
-                "configurable": {k: v for k, v in cfg["configurable"].items() if k != RUN_KEY},
-            }
+        if saved:
             update = {"deadline_outcome": outcome, "deadline_trace": missing}
             try:
                 await self.aupdate_state(clean, update, as_node=_last_node(missing, self))

@@ -282,8 +282,8 @@ def _with_records(value: Any, recs: list[StepRecord], state: Any) -> Any:
         return value
     if value is None:
         return {"deadline_trace": recs}
-    if isinstance(value, dict) and "deadline_trace" not in value:
-        return {**value, "deadline_trace": recs}
+    if isinstance(value, dict):
+        return {**value, "deadline_trace": [*(value.get("deadline_trace") or ()), *recs]}
     if isinstance(value, Command) and isinstance(value.update, dict | None):
         update = dict(value.update or {})
         update.setdefault("deadline_trace", recs)

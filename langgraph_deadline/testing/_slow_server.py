@@ -7,6 +7,7 @@ and it answers the question a deadline test must ask: was the connection really 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
@@ -196,6 +197,8 @@ class SlowServer:
                 self._notify()
                 return False
             eof.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await eof
         status = req.status or int(req.query.get("status", "200"))
         req.status = status
         body = f'{{"path": "{req.path}", "delay": {delay}}}'.encode()

@@ -1,0 +1,186 @@
+"""DeadlineASGIMiddleware in process (httpx's ASGI transport, no sockets): its decisions."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from langgraph_deadline import DeadlineExceeded, current_deadline
+from langgraph_deadline.asgi import DeadlineASGIMiddleware
+
+Scope = dict[str, Any]
+
+
+class App:
+    """A bare ASGI app that reports the deadline it saw, and can sleep or raise."""
+
+    def __init__(self) -> None:
+        self.calls: list[float | None] = []
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            message = await receive()
+            await send({"type": f"{message['type']}.complete"})
+            return
+        d = current_deadline()
+        self.calls.append(None if d is None else d.remaining())
+        path = scope["path"]
+        if path == "/sleep":
+            await anyio.sleep(30)
+        elif path == "/raise":
+            raise DeadlineExceeded("rank ran out", step="rank")
+        elif path == "/boom":
+            raise ValueError("boom")
+        body = json.dumps({"remaining": self.calls[-1]}).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://a.test")
+
+
+@pytest.mark.anyio
+async def test_handler_sees_the_callers_deadline_less_the_reserve() -> None:
+    app = App()
+    mw = DeadlineASGIMiddleware(app, max_timeout=30.0, reserve=0.1)
+    async with _client(mw) as client:
+        r = await client.get("/", headers={"X-Request-Timeout-Ms": "2000"})
+    assert r.status_code == 200
+    assert 1.8 < r.json()["remaining"] <= 1.9
+
+
+@pytest.mark.anyio
+async def test_without_a_header_the_default_then_the_maximum_applies() -> None:
+    app = App()
+    async with _client(DeadlineASGIMiddleware(app, max_timeout=8.0, default_timeout=3.0)) as c:
+        await c.get("/")
+    async with _client(DeadlineASGIMiddleware(app, max_timeout=8.0)) as c:
+        await c.get("/")
+    async with _client(DeadlineASGIMiddleware(app, max_timeout=None)) as c:
+        await c.get("/")
+    with_default, with_max, unlimited = app.calls
+    assert with_default is not None
+    assert 2.8 < with_default <= 3.0
+    assert with_max is not None
+    assert 7.8 < with_max <= 8.0
+    assert unlimited is None
+
+
+@pytest.mark.anyio
+async def test_handler_raising_deadline_exceeded_gets_a_504_naming_its_step() -> None:
+    async with _client(DeadlineASGIMiddleware(App(), max_timeout=5.0)) as client:
+        r = await client.get("/raise")
+    assert r.status_code == 504
+    assert r.json() == {"terminal": "deadline_exceeded", "step": "rank", "detail": "rank ran out"}
+
+
+@pytest.mark.anyio
+async def test_a_handler_that_ignores_the_deadline_is_cut_within_the_reserve() -> None:
+    app = App()
+    mw = DeadlineASGIMiddleware(app, max_timeout=5.0, reserve=0.2)
+    async with _client(mw) as client:
+        t0 = anyio.current_time()
+        r = await client.get("/sleep", headers={"X-Request-Timeout-Ms": "500"})
+        took = anyio.current_time() - t0
+    assert r.status_code == 504
+    assert r.json()["step"] == "GET /sleep"
+    assert 0.3 <= took < 0.5  # handler deadline 0.3 s, cut half a reserve later, before 0.5 s
+
+
+@pytest.mark.anyio
+async def test_other_errors_pass_through_unwrapped() -> None:
+    mw = DeadlineASGIMiddleware(App(), max_timeout=5.0)
+    async with _client(mw) as client:
+        with pytest.raises(ValueError, match="boom"):
+            await client.get("/boom")
+
+
+@pytest.mark.anyio
+async def test_malformed_header_is_logged_and_ignored_or_400_when_strict(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = App()
+    with caplog.at_level(logging.WARNING, logger="langgraph_deadline.asgi"):
+        async with _client(DeadlineASGIMiddleware(app, max_timeout=4.0)) as client:
+            r = await client.get("/", headers={"grpc-timeout": "5x"})
+    assert r.status_code == 200
+    assert "malformed deadline header" in caplog.text
+    assert "grpc-timeout" in caplog.text
+    async with _client(DeadlineASGIMiddleware(app, max_timeout=4.0, strict=True)) as client:
+        r = await client.get("/", headers={"grpc-timeout": "5x"})
+    assert r.status_code == 400
+    assert r.json()["error"] == "bad_deadline_header"
+    assert "grpc-timeout" in r.json()["detail"]
+    assert len(app.calls) == 1  # the strict server did not run the handler
+
+
+@pytest.mark.anyio
+async def test_lifespan_passes_through() -> None:
+    app = App()
+    mw = DeadlineASGIMiddleware(app, max_timeout=1.0)
+    sent: list[Any] = []
+    messages = iter([{"type": "lifespan.startup"}])
+
+    async def receive() -> Any:
+        return next(messages)
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await mw({"type": "lifespan"}, receive, send)
+    assert sent == [{"type": "lifespan.startup.complete"}]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"max_timeout": 5.0, "default_timeout": 6.0}, ValueError),
+        ({"max_timeout": -1.0}, ValueError),
+        ({"max_timeout": 5.0, "reserve": float("nan")}, ValueError),
+        ({"max_timeout": "5"}, TypeError),
+    ],
+)
+def test_bad_settings_are_refused(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        DeadlineASGIMiddleware(App(), **kwargs)
+
+
+@pytest.mark.parametrize("max_timeout", [5.0, None], ids=["deadline", "no-deadline"])
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.anyio
+async def test_a_client_that_leaves_cancels_the_handler_on_any_event_loop(
+    anyio_backend: str, max_timeout: float | None
+) -> None:
+    cancelled: list[bool] = []
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(True)
+            raise
+
+    mw = DeadlineASGIMiddleware(app, max_timeout=max_timeout)
+    sent: list[Any] = []
+    messages = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive() -> Any:
+        if messages:
+            return messages.pop()
+        await anyio.sleep(0.1)  # the client goes away 100 ms in
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": []}
+    with anyio.fail_after(2):
+        await mw(scope, receive, send)
+    assert cancelled == [True]
+    assert sent == []  # nobody to answer
