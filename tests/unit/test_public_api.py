@@ -78,3 +78,11 @@ def test_instrument_module_surface() -> None:
     }
     for name in instrument.__all__:
         assert hasattr(instrument, name), name
+
+
+def test_http_and_asgi_module_surfaces() -> None:
+    import langgraph_deadline.asgi as asgi
+    import langgraph_deadline.http as http
+
+    assert set(http.__all__) == {"WireFormat", "deadline_hooks", "from_headers", "to_headers"}
+    assert set(asgi.__all__) == {"DeadlineASGIMiddleware"}
