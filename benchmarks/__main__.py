@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import http_overhead, overhead, overshoot, tools
+from . import agents, http_overhead, overhead, overshoot, tools
 from ._common import Section, machine
 
 BENCHMARKS: dict[str, Callable[..., Section]] = {
@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "overshoot": overshoot.run,
     "tools": tools.run,
     "http": http_overhead.run,
+    "agents": agents.run,
 }
 
 

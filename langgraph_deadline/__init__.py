@@ -10,6 +10,7 @@ from ._context import check, client_timeout, current_deadline, deadline_scope, r
 from ._deadline import Deadline, earliest
 from ._errors import DeadlineExceeded, ScopeFrame
 from ._graph import DeadlineGraph, terminal_of, with_deadlines
+from ._model import BudgetedModel, budgeted_model
 from ._node import budgeted
 from ._records import Outcome, StepRecord, StepStatus, Terminal
 from ._retry import retry, stop_at_deadline, wait_within_deadline
@@ -17,6 +18,7 @@ from ._state import DeadlineState, deadline_input
 from ._tool import DeadlineTool, ToolTimeout, deadline_tool, deadline_tools, timeout_message
 
 __all__ = [
+    "BudgetedModel",
     "Clock",
     "Deadline",
     "DeadlineExceeded",
@@ -35,6 +37,7 @@ __all__ = [
     "Terminal",
     "ToolTimeout",
     "budgeted",
+    "budgeted_model",
     "check",
     "client_timeout",
     "current_deadline",

@@ -12,8 +12,22 @@ from ._validate import check_seconds
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="langgraph-deadline")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run a real multi-hop graph against a slow local service")
-    demo.add_argument("--budget", type=float, default=1.5, help="the run's deadline, seconds")
+    demo = sub.add_parser(
+        "demo",
+        help="a real multi-hop agent against local servers: naive timeouts vs one deadline",
+    )
+    demo.add_argument("--budget", type=float, default=4.0, help="the run's deadline, seconds")
+    demo.add_argument(
+        "--base-url",
+        help="a real OpenAI-compatible endpoint (default: a local streaming server)",
+    )
+    demo.add_argument("--api-key", default="not-needed", help="API key for --base-url")
+    demo.add_argument("--model", default="fake-model", help="model name for --base-url")
+    demo.add_argument(
+        "--plot",
+        default="langgraph-deadline-demo.png",
+        help="where to write the deadline run's waterfall (.png/.svg/.html; '' for none)",
+    )
     report = sub.add_parser(
         "report",
         help="where the budget went: per-step latency, deadline-exceeded rates, suggested caps",
@@ -40,20 +54,39 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "demo":
-        from ._demo import run_demo
-
-        budget = check_seconds(args.budget, "--budget")
-        print(
-            f"Same graph (planner -> retrieve from a slow search service -> answer), "
-            f"user-facing budget {budget:.1f} s.\nRunning both variants against a loopback "
-            "service that takes 6 s...\n",
-            flush=True,
-        )
-        print(run_demo(budget))
-        return 0
+        return _demo(args)
     if args.command == "report":
         return _report(parser, args)
     return 2
+
+
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        from ._demo import DemoOptions, run_demo
+    except ImportError as exc:  # pragma: no cover - depends on the extras installed
+        print(
+            f"langgraph-deadline demo needs the demo extras ({exc.name} is missing): "
+            "pip install 'langgraph-deadline[openai,asgi,plot]'",
+            file=sys.stderr,
+        )
+        return 2
+    budget = check_seconds(args.budget, "--budget")
+    opts = DemoOptions(
+        budget=budget,
+        base_url=args.base_url,
+        api_key=args.api_key,
+        model=args.model,
+        plot=args.plot or None,
+    )
+    where = args.base_url or "a local OpenAI-compatible streaming server"
+    print(
+        f"One agent: planner -> 3 lookups in parallel (one service hangs) -> streaming writer.\n"
+        f"User-facing budget {budget:.1f} s; model: {where}.\n"
+        "Run 1 uses the usual per-step timeouts, run 2 one deadline for the whole run.\n",
+        flush=True,
+    )
+    print(run_demo(opts))
+    return 0
 
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

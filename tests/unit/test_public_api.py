@@ -4,6 +4,8 @@ import langgraph_deadline
 import langgraph_deadline.testing
 
 DOCUMENTED = {
+    "BudgetedModel",
+    "budgeted_model",
     "Clock",
     "Deadline",
     "DeadlineExceeded",
@@ -47,7 +49,20 @@ def test_all_is_the_documented_surface() -> None:
 
 
 def test_testing_kit_surface() -> None:
-    assert set(langgraph_deadline.testing.__all__) == {"ManualClock", "ServedRequest", "SlowServer"}
+    assert set(langgraph_deadline.testing.__all__) == {
+        "ChatReply",
+        "FakeOpenAIServer",
+        "ManualClock",
+        "RecordingServer",
+        "ScriptedToolCall",
+        "ServedChatRequest",
+        "ServedRequest",
+        "SlowServer",
+        "assert_nothing_sent_after",
+        "await_nothing_sent_after",
+    }
+    for name in langgraph_deadline.testing.__all__:
+        assert getattr(langgraph_deadline.testing, name) is not None
 
 
 def test_deadline_exceeded_is_a_timeout_error_langgraph_does_not_retry() -> None:
