@@ -15,6 +15,7 @@ from typing import Final
 
 import anyio
 
+from ._cancel import CancelSignal, current_signal, reset_signal, set_signal
 from ._deadline import Deadline
 from ._errors import DeadlineExceeded, ScopeFrame
 from ._validate import check_seconds
@@ -119,7 +120,9 @@ class deadline_scope:
         DeadlineExceeded: (async) the block was cancelled at the deadline.
     """
 
-    __slots__ = ("_cancel", "_frame", "_name", "_requested", "_token")
+    __slots__ = ("_cancel", "_frame", "_name", "_requested", "_signal", "_signal_token", "_token")
+
+    _LINKS_SIGNAL = True  # async blocks get a child cancel signal (see _cancel.py)
 
     def __init__(self, deadline: Deadline | float | None, *, name: str | None = None) -> None:
         self._requested = _coerce(deadline, "deadline")
@@ -127,6 +130,8 @@ class deadline_scope:
         self._frame: ScopeFrame | None = None
         self._token: Token[tuple[ScopeFrame, ...]] | None = None
         self._cancel: anyio.CancelScope | None = None
+        self._signal: CancelSignal | None = None
+        self._signal_token: object = None
 
     @property
     def deadline(self) -> Deadline | None:
@@ -163,6 +168,10 @@ class deadline_scope:
         self._reset()
 
     async def __aenter__(self) -> Deadline | None:
+        if self._LINKS_SIGNAL:
+            # Work started in this block (LangGraph's node tasks included) is stopped with it.
+            self._signal = CancelSignal(current_signal())
+            self._signal_token = set_signal(self._signal)
         effective = self._enter()
         if effective is not None:
             self._cancel = anyio.CancelScope(deadline=_loop_time() + effective.remaining())
@@ -183,6 +192,7 @@ class deadline_scope:
             swallowed = bool(cancel.__exit__(exc_type, exc, tb)) if cancel is not None else False
         finally:
             self._reset()
+            self._unlink(exc, cancel)
         if cancel is not None and cancel.cancelled_caught:
             chain: tuple[ScopeFrame, ...] = getattr(exc, _CHAIN, frames)
             d = self._frame.effective if self._frame else None
@@ -200,5 +210,21 @@ class deadline_scope:
             with contextlib.suppress(AttributeError):
                 setattr(exc, _CHAIN, frames)
 
+    def _unlink(self, exc: BaseException | None, cancel: anyio.CancelScope | None) -> None:
+        signal, self._signal = self._signal, None
+        if signal is None:
+            return
+        reset_signal(self._signal_token)
+        cancelled = cancel is not None and cancel.cancelled_caught
+        if cancelled or isinstance(exc, anyio.get_cancelled_exc_class()):
+            signal.cancel("deadline" if cancelled else "caller")
+
     def __repr__(self) -> str:
         return f"deadline_scope({self._requested!r}, name={self._name!r})"
+
+
+class step_scope(deadline_scope):
+    """`deadline_scope` for one step's body: the step itself is registered with the signal."""
+
+    __slots__ = ()
+    _LINKS_SIGNAL = False

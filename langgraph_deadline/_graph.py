@@ -7,8 +7,8 @@ import contextlib
 import copy
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from typing import Any, cast
 
 import anyio
 from langchain_core.runnables import RunnableConfig
@@ -250,9 +250,11 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
-            async for chunk in super().astream(input, cfg, **kwargs):
-                _note(run, chunk, mode)
-                yield chunk
+            stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
+            async with contextlib.aclosing(stream) as inner:
+                async for chunk in inner:
+                    _note(run, chunk, mode)
+                    yield chunk
         except GraphDrained as exc:
             if exc.reason != DRAIN_REASON:
                 raise
@@ -260,6 +262,11 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         except DeadlineExceeded as exc:
             if exc.state is None:
                 exc.state = run.latest
+            raise
+        except (GeneratorExit, anyio.get_cancelled_exc_class()):
+            # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
+            # wherever LangGraph runs them, instead of letting them go on to their deadline.
+            run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
             raise
         if not prepared:
             _emit_run(run, _final_outcome(run, run.latest))

@@ -20,8 +20,9 @@ from typing import Any, Final, Generic, TypeVar
 import anyio
 from langgraph.errors import GraphBubbleUp
 
+from ._cancel import CancelSignal, current_signal
 from ._clock import SYSTEM_CLOCK
-from ._context import current_deadline, deadline_scope
+from ._context import current_deadline, deadline_scope, step_scope
 from ._deadline import Deadline, earliest
 from ._errors import DeadlineExceeded
 from ._instrument import emit_step
@@ -61,6 +62,7 @@ class RunTracker:
     run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
     interrupted: bool = False
     emitted: bool = False
+    signal: CancelSignal = dataclasses.field(default_factory=lambda: CancelSignal(current_signal()))
     started_at: float = dataclasses.field(default_factory=time.time)
     entry: object = None  # the graph whose ainvoke prepared this run, until its astream starts
 
@@ -227,12 +229,21 @@ async def run_async(
     if run is not None:
         run.in_flight[key] = plan
     step_deadline = plan.step_deadline()
+    signal = run.signal if run is not None else current_signal()
+    parent = anyio.CancelScope() if signal is not None else None
     try:
-        if step_deadline is None:
-            value = await body()
+        if parent is not None and signal is not None:
+            # The parent's "stop" reaches this step even in a task LangGraph made (ctx.Done()).
+            signal.register(parent)
+            try:
+                with parent:
+                    value = await _bounded(body, step_deadline, plan.name)
+            finally:
+                signal.unregister(parent)
+            if parent.cancelled_caught:
+                raise anyio.get_cancelled_exc_class()("cancelled by the caller")
         else:
-            async with deadline_scope(step_deadline, name=plan.name):
-                value = await body()
+            value = await _bounded(body, step_deadline, plan.name)
     except DeadlineExceeded as exc:
         if step_deadline is None or not step_deadline.expired:
             # Raised below this step (a shorter inner scope, a client) with time left: it failed.
@@ -248,7 +259,10 @@ async def run_async(
             run.in_flight.pop(key, None)
         raise
     except anyio.get_cancelled_exc_class():
-        if run is not None and run.backstop_fired:
+        late = plan.deadline is not None and plan.deadline.expired
+        if (run is not None and run.backstop_fired) or late:
+            # Cancelled because the run's time was up (by the backstop, or by an enclosing
+            # scope that fired at the same deadline): a timeout, not the caller giving up.
             status = StepStatus.ABANDONED if sync else StepStatus.TIMED_OUT
             _finish(run, key, commit, StepResult(plan.record(status, cancel_source="run_deadline")))
         else:
@@ -262,6 +276,13 @@ async def run_async(
     except Exception as exc:
         return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=exc))
     return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=value))
+
+
+async def _bounded(body: Callable[[], Awaitable[T]], deadline: Deadline | None, name: str) -> T:
+    if deadline is None:
+        return await body()
+    async with step_scope(deadline, name=name):
+        return await body()
 
 
 def run_sync(

@@ -24,6 +24,7 @@ from typing import Any, Final
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ._cancel import CancelSignal, current_signal, reset_signal, set_signal
 from ._clock import SYSTEM_CLOCK, Clock
 from ._context import deadline_scope
 from ._deadline import Deadline
@@ -171,6 +172,7 @@ class _Exchange:
         "_receive",
         "_scope",
         "_send",
+        "_signal",
         "_started",
         "_task",
         "_timer",
@@ -188,6 +190,9 @@ class _Exchange:
         self._reading = False  # the app is waiting on `receive` itself
         self._done = False
         self._cut = anyio.CancelScope()
+        # The request's "stop" for work the handler starts in other tasks (LangGraph's nodes,
+        # a streamed agent behind a StreamingResponse): cancelled on disconnect and at the cut.
+        self._signal = CancelSignal(current_signal())
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._outbox: MemoryObjectSendStream[Message] | None = None
@@ -238,6 +243,7 @@ class _Exchange:
         self, app: ASGIApp, deadline: Deadline | None
     ) -> tuple[Exception | None, DeadlineExceeded | None]:
         """Run the app under the deadline; its error, or the deadline error, is returned."""
+        token = set_signal(self._signal)
         try:
             with deadline_scope(deadline, name=self._where), self._cut:
                 await app(self._scope, self._take, self._give)
@@ -247,6 +253,9 @@ class _Exchange:
             return exc, None
         finally:
             self._done = True
+            reset_signal(token)
+            if self._cut.cancel_called:
+                self._signal.cancel("caller" if self._disconnected else "deadline")
         return None, None
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -277,6 +286,7 @@ class _Exchange:
         if not self._complete:
             self._disconnected = True
             self._cut.cancel()
+            self._signal.cancel("caller")
 
     async def _take(self) -> Message:
         if self._inbox is not None:  # the watcher reads for the app

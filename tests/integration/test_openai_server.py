@@ -21,10 +21,11 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from langgraph_deadline.testing._openai_server import (
+from langgraph_deadline.testing import (
     ChatReply,
     FakeOpenAIServer,
     ScriptedToolCall,
+    await_nothing_sent_after,
 )
 
 MARGIN = 0.5  # generous: a loaded 2-core machine
@@ -316,6 +317,7 @@ async def test_cancel_mid_stream_is_a_disconnect_and_the_stream_stops(
     await anyio.sleep(interval * 6)
     assert req.chunks_sent == sent  # and none later either
     assert req.ended is None and not req.open and server.open_requests() == []
+    await await_nothing_sent_after(server, cancelled)  # the kit's own assertion agrees
 
 
 def test_sync_client_timeout_during_the_first_byte_delay_is_a_disconnect(
@@ -377,12 +379,12 @@ def test_bad_scripts_are_rejected() -> None:
         FakeOpenAIServer(chunk_interval=float("inf"))
 
 
-def test_importing_the_module_needs_neither_starlette_nor_uvicorn() -> None:
+def test_importing_the_kit_needs_neither_starlette_nor_uvicorn() -> None:
     code = (
         "import sys\n"
         "sys.modules['starlette'] = None\n"
         "sys.modules['uvicorn'] = None\n"
-        "from langgraph_deadline.testing._openai_server import ChatReply, FakeOpenAIServer\n"
+        "from langgraph_deadline.testing import ChatReply, FakeOpenAIServer\n"
         "FakeOpenAIServer([ChatReply.counting(3)])\n"
         "try:\n"
         "    FakeOpenAIServer().start()\n"

@@ -1,0 +1,86 @@
+"""The cancel signal in context: Go's `ctx.Done()` for LangGraph runs.
+
+A deadline cancels work when time runs out; a parent also cancels it when it gives up (the
+client disconnected, the user pressed stop, the stream was closed). LangGraph runs nodes in
+tasks of its own, which a cancel scope around the caller does not always reach, so every
+budgeted step registers its cancel scope with the nearest signal, and cancelling the signal
+cancels them all, wherever they run. Signals form a tree: cancelling one cancels its children.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from contextvars import ContextVar
+from typing import Final
+
+import anyio
+
+__all__ = ["CancelSignal", "current_signal", "reset_signal", "set_signal"]
+
+
+class CancelSignal:
+    """Cancels every registered scope, and every child signal, once."""
+
+    __slots__ = ("__weakref__", "_children", "_lock", "_scopes", "source")
+
+    def __init__(self, parent: CancelSignal | None = None) -> None:
+        self._scopes: set[anyio.CancelScope] = set()
+        self._children: weakref.WeakSet[CancelSignal] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self.source: str | None = None
+        if parent is not None:
+            parent._adopt(self)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.source is not None
+
+    def _adopt(self, child: CancelSignal) -> None:
+        with self._lock:
+            self._children.add(child)
+            cancelled = self.source
+        if cancelled is not None:
+            child.cancel(cancelled)
+
+    def register(self, scope: anyio.CancelScope) -> None:
+        with self._lock:
+            self._scopes.add(scope)
+            cancelled = self.source is not None
+        if cancelled:
+            scope.cancel()
+
+    def unregister(self, scope: anyio.CancelScope) -> None:
+        with self._lock:
+            self._scopes.discard(scope)
+
+    def cancel(self, source: str = "caller") -> None:
+        """Cancel everything below this signal. Only the first call counts."""
+        with self._lock:
+            if self.source is not None:
+                return
+            self.source = source
+            scopes = list(self._scopes)
+            children = list(self._children)
+        for scope in scopes:
+            scope.cancel()
+        for child in children:
+            child.cancel(source)
+
+
+_SIGNAL: Final[ContextVar[CancelSignal | None]] = ContextVar(
+    "langgraph_deadline.cancel_signal", default=None
+)
+
+
+def current_signal() -> CancelSignal | None:
+    return _SIGNAL.get()
+
+
+def set_signal(signal: CancelSignal | None) -> object:
+    """Set the signal for the current context; returns a token for `reset_signal`."""
+    return _SIGNAL.set(signal)
+
+
+def reset_signal(token: object) -> None:
+    _SIGNAL.reset(token)  # type: ignore[arg-type]
