@@ -277,13 +277,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return
         outcome = _outcome_from(run, None)
         _emit_run(run, outcome)
-        raise DeadlineExceeded(
-            outcome.reason,
-            deadline=run.deadline,
-            step=outcome.step,
-            outcome=outcome,
-            state=run.latest,
-        )
+        raise _exceeded(outcome, run.deadline, run.latest)
 
     # -- invoke -------------------------------------------------------------------------------
 
@@ -349,9 +343,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         )
         _emit_run(run, outcome)
         if not self._lgd_settings.has_fields:
-            raise DeadlineExceeded(
-                outcome.reason, deadline=d, step=pending, outcome=outcome, state=values
-            )
+            raise _exceeded(outcome, d, values)
         return {**(values or {}), "deadline_outcome": outcome}
 
     async def _backstop(self, run: RunTracker, cfg: RunnableConfig) -> Any:
@@ -363,13 +355,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         outcome = _outcome_from(run, "the run's deadline passed with steps in flight")
         _emit_run(run, outcome)
         if not self._lgd_settings.has_fields:
-            raise DeadlineExceeded(
-                outcome.reason,
-                deadline=run.deadline,
-                step=outcome.step,
-                outcome=outcome,
-                state=run.latest,
-            )
+            raise _exceeded(outcome, run.deadline, run.latest)
         latest = run.latest if isinstance(run.latest, Mapping) else {}
         saved = self.checkpointer is not None and cfg.get("configurable", {}).get("thread_id")
         clean: RunnableConfig = {
@@ -409,6 +395,13 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
 def _prepared(graph: DeadlineGraph, config: RunnableConfig | None) -> bool:
     run = (config or {}).get("configurable", {}).get(RUN_KEY)
     return isinstance(run, RunTracker) and run.entry is graph
+
+
+def _exceeded(outcome: Outcome, deadline: Deadline | None, state: Any) -> DeadlineExceeded:
+    """What a graph without deadline fields raises: the outcome, and the partial state."""
+    return DeadlineExceeded(
+        outcome.reason, deadline=deadline, step=outcome.step, outcome=outcome, state=state
+    )
 
 
 def _final_outcome(run: RunTracker, state: Any) -> Outcome | None:

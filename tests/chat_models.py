@@ -59,3 +59,14 @@ def tool_calls(*calls: tuple[str, dict[str, Any]]) -> AIMessage:
             for i, (name, args) in enumerate(calls)
         ],
     )
+
+
+def openai_chat(server: Any, **kwargs: Any) -> Any:
+    """A real streaming `ChatOpenAI` pointed at a `FakeOpenAIServer`."""
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    options: dict[str, Any] = {"streaming": True, **kwargs}
+    return ChatOpenAI(
+        base_url=server.base_url, api_key=SecretStr("test"), model="gpt-fake", **options
+    )

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.testing import FakeOpenAIServer, SlowServer
 
 
 @pytest.fixture
@@ -16,3 +16,10 @@ def anyio_backend() -> str:
 def slow_server() -> Iterator[SlowServer]:
     with SlowServer() as server:
         yield server
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    """A local OpenAI-compatible streaming server (script it with `server.enqueue(...)`)."""
+    with FakeOpenAIServer() as s:
+        yield s

@@ -22,7 +22,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -32,6 +31,8 @@ if TYPE_CHECKING:
     import uvicorn
     from starlette.applications import Starlette
     from starlette.types import Message, Receive, Scope, Send
+
+from ._background import Background
 
 __all__ = ["ChatReply", "FakeOpenAIServer", "ScriptedToolCall", "ServedChatRequest"]
 
@@ -296,7 +297,7 @@ class ServedChatRequest:
 # -- the server ------------------------------------------------------------------------------------
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(Background):
     """An OpenAI-compatible `POST /v1/chat/completions` on loopback, in a background thread.
 
     ```python
@@ -411,28 +412,6 @@ class FakeOpenAIServer:
             server.force_exit = True
             thread.join(5)
         self._server = self._loop = self._thread = None
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> FakeOpenAIServer:
-        return await anyio.to_thread.run_sync(self.start)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await anyio.to_thread.run_sync(self.stop)
 
     def _serve(self, server: uvicorn.Server, sock: socket.socket) -> None:
         loop = asyncio.new_event_loop()

@@ -12,8 +12,9 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
 from urllib.parse import parse_qs, urlsplit
+
+from ._background import Background
 
 __all__ = ["SlowServer", "ServedRequest"]
 
@@ -36,7 +37,7 @@ class ServedRequest:
         return self.answered is None and self.disconnected is None
 
 
-class SlowServer:
+class SlowServer(Background):
     """`GET /slow?delay=S&status=N` answers after S seconds; `/fast` at once; anything else 404.
 
     ```python
@@ -83,28 +84,6 @@ class SlowServer:
         if self._thread is not None:
             self._thread.join(5)
         self._loop = None
-
-    def __enter__(self) -> SlowServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> SlowServer:
-        return self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def url(self, path: str = "/") -> str:
         return f"http://{self.host}:{self.port}{path}"

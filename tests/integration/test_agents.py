@@ -17,10 +17,8 @@ from langchain.agents.middleware import ModelRetryMiddleware, ToolRetryMiddlewar
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
-from pydantic import SecretStr
 
 from langgraph_deadline import (
     Deadline,
@@ -43,15 +41,10 @@ from langgraph_deadline.testing._openai_server import (
     ScriptedToolCall,
 )
 from langgraph_deadline.testing._quiet import await_nothing_sent_after
+from tests.chat_models import openai_chat as chat
 
 MARGIN = 0.5  # generous: a loaded 2-core machine
 SLOW = 0.05  # seconds between token chunks of a "slow" model: 200 tokens take 10 s
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as s:
-        yield s
 
 
 @pytest.fixture
@@ -72,14 +65,6 @@ def steps() -> Iterator[list[StepRecord]]:
         yield seen
     finally:
         set_observers(saved)
-
-
-def chat(server: FakeOpenAIServer, **kwargs: Any) -> ChatOpenAI:
-    options: dict[str, Any] = {"streaming": True}
-    options.update(kwargs)
-    return ChatOpenAI(
-        base_url=server.base_url, api_key=SecretStr("test"), model="gpt-fake", **options
-    )
 
 
 def deadline_of(out: dict[str, Any]) -> Deadline:

@@ -4,7 +4,6 @@ are refused, cut and recorded by the same rules as the agent middleware's."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,25 +25,10 @@ from langgraph_deadline import (
 from langgraph_deadline.agents import budgeted_model
 from langgraph_deadline.testing._openai_server import ChatReply, FakeOpenAIServer
 from langgraph_deadline.testing._quiet import assert_nothing_sent_after, await_nothing_sent_after
+from tests.chat_models import openai_chat as chat
 
 MARGIN = 0.5
 SLOW = 0.05
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as s:
-        yield s
-
-
-def chat(server: FakeOpenAIServer, **kwargs: Any) -> ChatOpenAI:
-    return ChatOpenAI(
-        base_url=server.base_url,
-        api_key=SecretStr("test"),
-        model="gpt-fake",
-        streaming=True,
-        **kwargs,
-    )
 
 
 class State(MessagesState, DeadlineState):

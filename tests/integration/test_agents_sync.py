@@ -5,17 +5,12 @@ stops at its next chunk, and with `deadline_hooks` on the client no SDK retry le
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import httpx2
-import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
 from prometheus_client import CollectorRegistry
-from pydantic import SecretStr
 
 from langgraph_deadline import Deadline, StepStatus, Terminal
 from langgraph_deadline.agents import DeadlineMiddleware
@@ -23,25 +18,10 @@ from langgraph_deadline.http import deadline_hooks
 from langgraph_deadline.instrument import PrometheusObserver, get_observers, set_observers
 from langgraph_deadline.testing._openai_server import ChatReply, FakeOpenAIServer
 from langgraph_deadline.testing._quiet import assert_nothing_sent_after
+from tests.chat_models import openai_chat as chat
 
 MARGIN = 0.5
 SLOW = 0.05
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as s:
-        yield s
-
-
-def chat(server: FakeOpenAIServer, **kwargs: Any) -> ChatOpenAI:
-    return ChatOpenAI(
-        base_url=server.base_url,
-        api_key=SecretStr("test"),
-        model="gpt-fake",
-        streaming=True,
-        **kwargs,
-    )
 
 
 @tool
