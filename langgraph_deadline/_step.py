@@ -6,10 +6,8 @@ the cancellation live here once.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import dataclasses
-import queue
 import threading
 import time
 import uuid
@@ -27,6 +25,7 @@ from ._deadline import Deadline, earliest
 from ._errors import DeadlineExceeded
 from ._instrument import emit_step
 from ._records import StepKind, StepRecord, StepStatus
+from ._workers import submit as _submit
 
 __all__ = [
     "RUN_KEY",
@@ -346,43 +345,6 @@ def run_sync(
     return _finish(
         run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=box["value"])
     )
-
-
-class _Worker:
-    """A daemon thread that runs one job at a time and then offers itself for the next one.
-
-    Sync steps run on these so that a thread is not started for every call. A job that overruns
-    its budget keeps its worker (a thread cannot be stopped) and the next call takes another.
-    """
-
-    __slots__ = ("jobs",)
-
-    def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="langgraph-deadline-worker", daemon=True).start()
-
-    def _loop(self) -> None:
-        while True:
-            job = self.jobs.get()
-            with contextlib.suppress(BaseException):  # the job records its own errors
-                job()
-            with _IDLE_LOCK:
-                if len(_IDLE) >= _MAX_IDLE:
-                    return
-                _IDLE.append(self)
-
-
-_IDLE: list[_Worker] = []
-_IDLE_LOCK = threading.Lock()
-_MAX_IDLE: Final = 8
-
-
-def _submit(job: Callable[[], None]) -> None:
-    with _IDLE_LOCK:
-        worker = _IDLE.pop() if _IDLE else None
-    if worker is None:
-        worker = _Worker()
-    worker.jobs.put(job)
 
 
 def _finish(run: RunTracker | None, key: int, commit: bool, result: StepResult[T]) -> StepResult[T]:
