@@ -146,26 +146,37 @@ def _budget_node(
     the user already `budgeted` keeps its own budget."""
     fn = getattr(runnable, "func", None) or getattr(runnable, "afunc", None)
     if type(runnable).__name__ != "RunnableCallable" or not callable(fn):
-        return _budget_runnable(runnable, cap, min_viable, name, retry_policy)
+        return _budget_runnable(runnable, cap, min_viable, name, retry_policy, explicit)
     if getattr(fn, "__langgraph_deadline__", False):
         if explicit:
-            raise ValueError(
-                f"node {name!r} is already wrapped with budgeted(): give its cap and min_viable "
-                "there, not in with_deadlines(caps=..., min_viable=...)"
-            )
+            raise _already_budgeted(name)
         return runnable
     try:
         from langgraph._internal._runnable import coerce_to_runnable
     except ImportError:  # a LangGraph without it: one more Runnable layer, same behaviour
-        return _budget_runnable(runnable, cap, min_viable, name, retry_policy)
+        return _budget_runnable(runnable, cap, min_viable, name, retry_policy, explicit)
     wrapped = wrap_node(fn, cap, min_viable, name, None, retry_policy)
     return coerce_to_runnable(wrapped, name=name, trace=runnable.trace)
 
 
+def _already_budgeted(name: str) -> ValueError:
+    return ValueError(
+        f"node {name!r} is already wrapped with budgeted(): give its cap and min_viable "
+        "there, not in with_deadlines(caps=..., min_viable=...)"
+    )
+
+
 def _budget_runnable(
-    runnable: Any, cap: float | None, min_viable: float, name: str, retry_policy: Any
+    runnable: Any,
+    cap: float | None,
+    min_viable: float,
+    name: str,
+    retry_policy: Any,
+    explicit: bool,
 ) -> Any:
     if getattr(runnable, "__langgraph_deadline__", False):
+        if explicit:
+            raise _already_budgeted(name)
         return runnable
     return wrap_node(runnable, cap, min_viable, name, None, retry_policy)
 
@@ -230,11 +241,16 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 yield chunk
         except GraphDrained as exc:
             if exc.reason != DRAIN_REASON:
+                _emit_run(run, _raised(exc))
                 raise
             self._drained(run)
         except DeadlineExceeded as exc:
             if exc.state is None:
                 exc.state = run.latest
+            _emit_run(run, exc.outcome)
+            raise
+        except BaseException as exc:
+            _emit_run(run, _raised(exc))
             raise
         if not prepared:
             _emit_run(run, _final_outcome(run, run.latest))
@@ -257,25 +273,35 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                     yield chunk
         except GraphDrained as exc:
             if exc.reason != DRAIN_REASON:
+                _emit_run(run, _raised(exc))
                 raise
             self._drained(run)
         except DeadlineExceeded as exc:
             if exc.state is None:
                 exc.state = run.latest
+            _emit_run(run, exc.outcome)
             raise
-        except (GeneratorExit, anyio.get_cancelled_exc_class()):
+        except (GeneratorExit, anyio.get_cancelled_exc_class()) as exc:
             # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
             # wherever LangGraph runs them, instead of letting them go on to their deadline.
             run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
+            if not run.backstop_fired:  # the backstop reports the run itself
+                _emit_run(run, _raised(exc))
+            raise
+        except BaseException as exc:
+            _emit_run(run, _raised(exc))
             raise
         if not prepared:
             _emit_run(run, _final_outcome(run, run.latest))
 
     def _drained(self, run: RunTracker) -> None:
         """The run drained after a step ran out of budget. Graphs without deadline fields raise."""
-        if self._lgd_settings.has_fields:
-            return
         outcome = _outcome_from(run, None)
+        if self._lgd_settings.has_fields:
+            state = run.latest if isinstance(run.latest, Mapping) else {}
+            written = state.get("deadline_outcome")
+            _emit_run(run, written if isinstance(written, Outcome) else outcome)
+            return
         _emit_run(run, outcome)
         raise _exceeded(outcome, run.deadline, run.latest)
 
@@ -397,6 +423,12 @@ def _prepared(graph: DeadlineGraph, config: RunnableConfig | None) -> bool:
     return isinstance(run, RunTracker) and run.entry is graph
 
 
+def _raised(exc: BaseException) -> Outcome:
+    """The outcome of a run that ended by raising (or whose consumer gave up)."""
+    terminal = Terminal.CANCELLED if isinstance(exc, GeneratorExit) else terminal_of(exc)
+    return Outcome(terminal=terminal or Terminal.FAILED, reason=type(exc).__name__)
+
+
 def _exceeded(outcome: Outcome, deadline: Deadline | None, state: Any) -> DeadlineExceeded:
     """What a graph without deadline fields raises: the outcome, and the partial state."""
     return DeadlineExceeded(
@@ -410,6 +442,8 @@ def _final_outcome(run: RunTracker, state: Any) -> Outcome | None:
     if isinstance(state, Mapping) and isinstance(state.get("deadline_outcome"), Outcome):
         found: Outcome = state["deadline_outcome"]
         return found
+    if run.outcome is not None:
+        return run.outcome
     if run.interrupted:
         return None
     elapsed = round((run.clock_now() - run.started) * 1000.0, 3)

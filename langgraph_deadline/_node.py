@@ -199,6 +199,8 @@ def _ended(
     outcome = Outcome(
         terminal=Terminal.DEADLINE_EXCEEDED, step=rec.name, reason=reason, elapsed_ms=elapsed
     )
+    if run is not None and run.outcome is None:
+        run.outcome = outcome
     if _has_fields(state):
         return {"deadline_outcome": outcome, "deadline_trace": [*children, rec]}
     err = result.error

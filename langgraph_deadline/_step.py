@@ -24,7 +24,7 @@ from ._context import current_deadline, deadline_scope, step_scope
 from ._deadline import Deadline, earliest
 from ._errors import DeadlineExceeded
 from ._instrument import emit_step
-from ._records import StepKind, StepRecord, StepStatus
+from ._records import Outcome, StepKind, StepRecord, StepStatus
 from ._workers import submit as _submit
 
 __all__ = [
@@ -61,6 +61,7 @@ class RunTracker:
     run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
     interrupted: bool = False
     emitted: bool = False
+    outcome: Outcome | None = None  # set by the step that ended the run early
     signal: CancelSignal = dataclasses.field(default_factory=lambda: CancelSignal(current_signal()))
     started_at: float = dataclasses.field(default_factory=time.time)
     entry: object = None  # the graph whose ainvoke prepared this run, until its astream starts

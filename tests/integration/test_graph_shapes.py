@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import operator
 import time
 from typing import Annotated, Any
@@ -190,3 +191,54 @@ def test_the_original_builder_and_graph_stay_untouched() -> None:
     out = compiled.invoke({"log": []})
     assert out["log"] == ["node"]
     assert out.get("deadline_outcome") is None
+
+
+class _Runs:
+    def __init__(self) -> None:
+        self.outcomes: list[Any] = []
+
+    def on_step(self, event: Any) -> None:
+        pass
+
+    def on_run(self, event: Any) -> None:
+        self.outcomes.append(event.outcome)
+
+
+@pytest.fixture
+def runs() -> Any:
+    from langgraph_deadline.instrument import get_observers, set_observers
+
+    saved = get_observers()
+    seen = _Runs()
+    set_observers([seen])
+    yield seen
+    set_observers(saved)
+
+
+@pytest.mark.anyio
+async def test_observers_hear_how_a_streamed_run_ended(runs: _Runs) -> None:
+    async def hang(state: State) -> dict[str, Any]:
+        await asyncio.sleep(5)
+        return {}
+
+    async def broken(state: State) -> dict[str, Any]:
+        raise ValueError("boom")
+
+    for node, expected in ((hang, Terminal.DEADLINE_EXCEEDED), (broken, Terminal.FAILED)):
+        b = StateGraph(State)
+        b.add_node("n", node)
+        b.add_edge(START, "n")
+        with contextlib.suppress(ValueError):
+            async for _ in with_deadlines(b, timeout=0.2).astream({"log": []}):  # "updates"
+                pass
+        assert runs.outcomes[-1].terminal is expected
+
+
+def test_caps_for_a_budgeted_runnable_node_are_refused() -> None:
+    from langgraph.prebuilt import ToolNode
+
+    b = StateGraph(State)
+    b.add_node("tools", budgeted(ToolNode([]), cap=1.0))
+    b.add_edge(START, "tools")
+    with pytest.raises(ValueError, match="already wrapped with budgeted"):
+        with_deadlines(b, caps={"tools": 2.0})
