@@ -83,7 +83,7 @@ def client_timeout(cap: float | None = None, *, reserve: float = 0.0) -> float |
     return left
 
 
-def _loop_time() -> float:
+def loop_time() -> float:
     """`anyio.current_time()`, without its event-loop detection on asyncio (the hot path)."""
     try:
         return asyncio.get_running_loop().time()
@@ -174,7 +174,7 @@ class deadline_scope:
             self._signal_token = set_signal(self._signal)
         effective = self._enter()
         if effective is not None:
-            self._cancel = anyio.CancelScope(deadline=_loop_time() + effective.remaining())
+            self._cancel = anyio.CancelScope(deadline=loop_time() + effective.remaining())
             self._cancel.__enter__()
         return effective
 

@@ -20,9 +20,9 @@ from langgraph.errors import GraphBubbleUp
 
 from ._cancel import CancelSignal, current_signal
 from ._clock import SYSTEM_CLOCK
-from ._context import current_deadline, deadline_scope, step_scope
+from ._context import current_deadline, current_scopes, deadline_scope, loop_time, step_scope
 from ._deadline import Deadline, earliest
-from ._errors import DeadlineExceeded
+from ._errors import DeadlineExceeded, ScopeFrame
 from ._instrument import emit_step
 from ._records import Outcome, StepKind, StepRecord, StepStatus
 from ._workers import submit as _submit
@@ -230,20 +230,11 @@ async def run_async(
         run.in_flight[key] = plan
     step_deadline = plan.step_deadline()
     signal = run.signal if run is not None else current_signal()
-    parent = anyio.CancelScope() if signal is not None else None
     try:
-        if parent is not None and signal is not None:
-            # The parent's "stop" reaches this step even in a task LangGraph made (ctx.Done()).
-            signal.register(parent)
-            try:
-                with parent:
-                    value = await _bounded(body, step_deadline, plan.name)
-            finally:
-                signal.unregister(parent)
-            if parent.cancelled_caught:
-                raise anyio.get_cancelled_exc_class()("cancelled by the caller")
-        else:
+        if signal is None:
             value = await _bounded(body, step_deadline, plan.name)
+        else:
+            value = await _guarded(body, step_deadline, plan.name, signal)
     except DeadlineExceeded as exc:
         if step_deadline is None or not step_deadline.expired:
             # Raised below this step (a shorter inner scope, a client) with time left: it failed.
@@ -276,6 +267,30 @@ async def run_async(
     except Exception as exc:
         return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=exc))
     return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=value))
+
+
+async def _guarded(
+    body: Callable[[], Awaitable[T]], deadline: Deadline | None, name: str, signal: CancelSignal
+) -> T:
+    """`_bounded`, and the parent's "stop" too (ctx.Done()): one cancel scope does both jobs,
+    registered with the signal so that it reaches this step even in a task LangGraph made."""
+    scope = anyio.CancelScope()
+    if deadline is not None:
+        scope.deadline = loop_time() + deadline.remaining()
+    signal.register(scope)
+    chain: tuple[ScopeFrame, ...] = ()
+    try:
+        with step_scope(deadline, name=name), scope:  # sync form: the deadline in context only
+            chain = current_scopes()
+            return await body()
+    finally:
+        signal.unregister(scope)
+    # Only reached when the scope caught its own cancellation: which of the two was it?
+    if signal.cancelled and not (deadline is not None and deadline.expired):
+        raise anyio.get_cancelled_exc_class()("cancelled by the caller")
+    raise DeadlineExceeded(
+        f"deadline exceeded in {name}", deadline=deadline, step=name, scopes=chain
+    )
 
 
 async def _bounded(body: Callable[[], Awaitable[T]], deadline: Deadline | None, name: str) -> T:
