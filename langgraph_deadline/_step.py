@@ -49,7 +49,7 @@ scope cancels its caller. Steps limited by their own cap are not shortened."""
 
 @dataclasses.dataclass(slots=True, eq=False)
 class RunTracker:
-    """Mutable, run-scoped bookkeeping shared by every step of one run (through a contextvar)."""
+    """Mutable, run-scoped bookkeeping shared by every step of one run (carried in its config)."""
 
     deadline: Deadline | None
     reserve: float = 0.0
@@ -180,15 +180,26 @@ def plan_step(
     """Decide a step's budget now: `min(cap, remaining - reserve)` against every known deadline.
 
     The deadline is the earliest of the one given (from state), the one in context and the run's.
+    The run's reserve is held back from the run's own deadline (state or tracker) only: a
+    deadline in context inside a step is that step's budget, from which it was already held
+    back, and is not cut twice. An explicit `reserve` is held back from all of them.
     """
-    d = earliest(deadline, current_deadline(), run.deadline if run else None)
-    res = reserve if reserve is not None else (run.reserve if run else 0.0)
+    ctx = current_deadline()
+    own = earliest(deadline, run.deadline if run else None)
+    d = earliest(own, ctx)
     if d is None:
         left = None
         budget = cap
     else:
         left = d.remaining()
-        budget = d._budget(cap, res)
+        if reserve is not None:
+            budget = d._budget(cap, reserve)
+        else:
+            budget = own._budget(cap, run.reserve if run else 0.0) if own is not None else cap
+            if ctx is not None:
+                from_ctx = ctx._budget(None, 0.0)
+                budget = from_ctx if budget is None or from_ctx < budget else budget
+        assert budget is not None
         if cap is None or budget < cap:
             budget = max(0.0, budget - HANDOFF)
     return Plan(

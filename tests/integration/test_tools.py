@@ -468,3 +468,25 @@ async def test_tool_node_handle_tool_errors_does_not_swallow_the_runs_deadline()
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     assert out["deadline_outcome"].step == "tools"
     assert not any(getattr(m, "content", "") == "after" for m in out["messages"])
+
+
+@pytest.mark.anyio
+async def test_the_runs_reserve_is_held_back_once_not_again_for_a_tool_inside_a_node() -> None:
+    seen: list[float] = []
+
+    @deadline_tool
+    async def probe(query: str) -> str:
+        """Report the time left."""
+        from langgraph_deadline import remaining
+
+        seen.append(remaining())
+        return "ok"
+
+    b = StateGraph(Msgs)
+    b.add_node("tools", ToolNode([probe]))
+    b.add_edge(START, "tools")
+    await with_deadlines(b, timeout=3.0, reserve=1.0).ainvoke(
+        {"messages": [tool_calls(("probe", {"query": "q"}))]}
+    )
+    # The node got about 3 - 1 = 2 s; the tool gets what the node has, not 2 - 1 = 1 s.
+    assert seen and 1.5 < seen[0] <= 2.0
