@@ -101,3 +101,16 @@ def test_http_and_asgi_module_surfaces() -> None:
 
     assert set(http.__all__) == {"WireFormat", "deadline_hooks", "from_headers", "to_headers"}
     assert set(asgi.__all__) == {"DeadlineASGIMiddleware"}
+
+
+def test_every_public_name_is_in_the_api_reference() -> None:
+    import importlib
+    import re
+    from pathlib import Path
+
+    api = (Path(__file__).parents[2] / "docs" / "api.md").read_text()
+    documented = {d.rsplit(".", 1)[-1] for d in re.findall(r"^::: ([\w.]+)", api, re.M)}
+    for module in ("", ".instrument", ".http", ".asgi", ".testing", ".agents"):
+        names = importlib.import_module("langgraph_deadline" + module).__all__
+        missing = sorted(set(names) - documented)
+        assert not missing, f"langgraph_deadline{module}: {missing} not in docs/api.md"
