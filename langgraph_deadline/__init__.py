@@ -4,18 +4,22 @@ Every step gets `min(its cap, what is left - reserve)`, refuses to start when th
 needs, is really cancelled at its budget, and ends in a named terminal the caller can act on.
 """
 
-from ._cache import InMemoryStaleCache, StaleCache, StoreStaleCache
-from ._clock import Clock, ManualClock, SystemClock
-from ._context import check, client_timeout, current_deadline, deadline_scope, remaining
-from ._deadline import Deadline, earliest
-from ._errors import DeadlineExceeded, ScopeFrame
-from ._graph import DeadlineGraph, terminal_of, with_deadlines
-from ._model import BudgetedModel, budgeted_model
-from ._node import budgeted
-from ._records import Outcome, StepRecord, StepStatus, Terminal
-from ._retry import retry, stop_at_deadline, wait_within_deadline
-from ._state import DeadlineState, deadline_input
-from ._tool import DeadlineTool, ToolTimeout, deadline_tool, deadline_tools, timeout_message
+from importlib import metadata as _metadata
+
+from ._agents.model import BudgetedModel, budgeted_model
+from ._core.clock import Clock, ManualClock, SystemClock
+from ._core.context import check, client_timeout, current_deadline, deadline_scope, remaining
+from ._core.deadline import Deadline, earliest
+from ._core.errors import DeadlineExceeded, ScopeFrame
+from ._core.observe import set_default_factory as _set_default_factory
+from ._core.records import Outcome, StepRecord, StepStatus, Terminal
+from ._graph.graph import DeadlineGraph, terminal_of, with_deadlines
+from ._graph.node import budgeted
+from ._graph.state import DeadlineState, deadline_input
+from ._instrument.defaults import default_observers as _default_observers
+from ._retry.retry import retry, stop_at_deadline, wait_within_deadline
+from ._tools.cache import InMemoryStaleCache, StaleCache, StoreStaleCache
+from ._tools.tool import DeadlineTool, ToolTimeout, deadline_tool, deadline_tools, timeout_message
 
 __all__ = [
     "BudgetedModel",
@@ -55,4 +59,7 @@ __all__ = [
     "with_deadlines",
 ]
 
-__version__ = "0.1.0"
+__version__ = _metadata.version("langgraph-deadline")
+
+# The core emits to observers; which ones a process gets by default is the instrument layer's call.
+_set_default_factory(_default_observers)

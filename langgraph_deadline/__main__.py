@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._validate import check_seconds
+from ._core.validate import check_seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     try:
-        from ._demo import DemoOptions, run_demo
+        from ._apps.demo import DemoOptions, run_demo
     except ImportError as exc:  # pragma: no cover - depends on the extras installed
         print(
             f"langgraph-deadline demo needs the demo extras ({exc.name} is missing): "
@@ -90,7 +90,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ._report import format_report, read_trace, step_stats
+    from ._report.report import format_report, read_trace, step_stats
 
     if not (args.headroom >= 1.0 and args.headroom < float("inf")):
         parser.error(f"--headroom must be a finite number >= 1, got {args.headroom}")
@@ -121,7 +121,7 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"langgraph-deadline report: {exc}", file=sys.stderr)
         return 2
     try:
-        from ._report_plot import write_plot
+        from ._report.plot import write_plot
 
         written = write_plot(args.plot, trace, stats, run, report_text=text)
     except ImportError:

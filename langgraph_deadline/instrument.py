@@ -6,7 +6,7 @@ replaces them and `set_observers([])` switches instrumentation off. The OpenTele
 Prometheus and plotting libraries are imported only when their observer is created.
 """
 
-from ._instrument import (
+from ._core.observe import (
     Observer,
     RunEvent,
     StepEvent,
@@ -15,10 +15,10 @@ from ._instrument import (
     set_observers,
     step_fields,
 )
-from ._instrument_callbacks import CallbacksObserver
-from ._instrument_jsonl import JsonlTraceWriter
-from ._instrument_otel import OtelObserver
-from ._instrument_prometheus import PrometheusObserver, count_tokens_after_deadline
+from ._instrument.callbacks import CallbacksObserver
+from ._instrument.jsonl import JsonlTraceWriter
+from ._instrument.otel import OtelObserver
+from ._instrument.prometheus import PrometheusObserver, count_tokens_after_deadline
 
 __all__ = [
     "CallbacksObserver",

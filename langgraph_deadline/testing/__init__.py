@@ -6,7 +6,7 @@ what they saw (was the connection closed? how many tokens were sent after the de
 
 from typing import TYPE_CHECKING, Any
 
-from .._clock import ManualClock
+from .._core.clock import ManualClock
 from ._quiet import RecordingServer, assert_nothing_sent_after, await_nothing_sent_after
 from ._slow_server import ServedRequest, SlowServer
 

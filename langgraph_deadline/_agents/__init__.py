@@ -1,0 +1,1 @@
+"""Models and agents: `budgeted_model` and `DeadlineMiddleware` for `create_agent`."""

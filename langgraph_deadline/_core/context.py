@@ -1,0 +1,230 @@
+"""The deadline in context: a private contextvar, typed accessors and `deadline_scope`.
+
+Contextvars set by the caller reach every LangGraph node, tool and sub-graph (tasks run in
+copied contexts), so deep code (an httpx call, a model client) sees the deadline without plumbing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Final
+
+import anyio
+
+from .cancel import CancelSignal, current_signal, reset_signal, set_signal
+from .deadline import Deadline
+from .errors import DeadlineExceeded, ScopeFrame
+from .validate import check_seconds
+
+__all__ = [
+    "check",
+    "client_timeout",
+    "current_deadline",
+    "current_scopes",
+    "deadline_scope",
+    "remaining",
+]
+
+_SCOPES: Final[ContextVar[tuple[ScopeFrame, ...]]] = ContextVar(
+    "langgraph_deadline.scopes", default=()
+)
+
+
+_CHAIN: Final = "_langgraph_deadline_scopes"
+
+
+def current_deadline() -> Deadline | None:
+    """The deadline in force here (the earliest of all open scopes), or None."""
+    frames = _SCOPES.get()
+    return frames[-1].effective if frames else None
+
+
+def current_scopes() -> tuple[ScopeFrame, ...]:
+    """The open deadline scopes, outermost first: who asked for what, and who clamped."""
+    return _SCOPES.get()
+
+
+def remaining() -> float:
+    """Seconds left before the deadline in force; `math.inf` when there is none."""
+    d = current_deadline()
+    return math.inf if d is None else d.remaining()
+
+
+def check(step: str | None = None) -> None:
+    """Raise `DeadlineExceeded` if the deadline in force has passed; for cooperative sync loops.
+
+    Raises:
+        DeadlineExceeded: the deadline has passed.
+    """
+    d = current_deadline()
+    if d is not None and d.expired:
+        raise _exceeded(d, step)
+
+
+def client_timeout(cap: float | None = None, *, reserve: float = 0.0) -> float | None:
+    """A timeout to hand a client library (httpx, a DB driver): `min(cap, remaining - reserve)`.
+
+    Never returns 0 or a negative number, which many clients read as "no timeout": with nothing
+    left it raises instead. Returns `cap` unchanged when no deadline is in force.
+
+    Raises:
+        DeadlineExceeded: no time is left.
+    """
+    d = current_deadline()
+    if d is None:
+        return None if cap is None else check_seconds(cap, "cap")
+    left = d.budget(cap, reserve)
+    if left <= 0.0:
+        raise _exceeded(d, None)
+    return left
+
+
+def loop_time() -> float:
+    """`anyio.current_time()`, without its event-loop detection on asyncio (the hot path)."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return anyio.current_time()
+
+
+def _exceeded(d: Deadline, step: str | None) -> DeadlineExceeded:
+    where = f" in {step}" if step else ""
+    return DeadlineExceeded(
+        f"deadline exceeded{where}", deadline=d, step=step, scopes=_SCOPES.get()
+    )
+
+
+def _coerce(value: Deadline | float | None, name: str) -> Deadline | None:
+    if value is None or isinstance(value, Deadline):
+        return value
+    return Deadline.after(check_seconds(value, name))
+
+
+class deadline_scope:
+    """Set the deadline for a block: a `Deadline`, or seconds from now. Earliest wins.
+
+    Works as `with` and `async with`. Both set the contextvar for the block and restore it on exit.
+    In async code the block is also cancelled at the deadline (an anyio cancel scope), and
+    `DeadlineExceeded` is raised on leaving it, like `anyio.fail_after`; the caller's own
+    `TimeoutError` or `CancelledError` pass through untouched. Sync code cannot be interrupted:
+    use `check()` in loops and `client_timeout()` for I/O.
+
+    `None` opens a scope that adds no deadline (the enclosing one stays in force).
+
+    Raises:
+        TypeError, ValueError: `deadline` is not a `Deadline` or a finite number of seconds >= 0.
+        DeadlineExceeded: (async) the block was cancelled at the deadline.
+    """
+
+    __slots__ = ("_cancel", "_frame", "_name", "_requested", "_signal", "_signal_token", "_token")
+
+    _LINKS_SIGNAL = True  # async blocks get a child cancel signal (see _cancel.py)
+
+    def __init__(self, deadline: Deadline | float | None, *, name: str | None = None) -> None:
+        self._requested = _coerce(deadline, "deadline")
+        self._name = name
+        self._frame: ScopeFrame | None = None
+        self._token: Token[tuple[ScopeFrame, ...]] | None = None
+        self._cancel: anyio.CancelScope | None = None
+        self._signal: CancelSignal | None = None
+        self._signal_token: object = None
+
+    @property
+    def deadline(self) -> Deadline | None:
+        """The deadline in force inside the block (after entering)."""
+        return self._frame.effective if self._frame else current_deadline()
+
+    def _enter(self) -> Deadline | None:
+        if self._token is not None:
+            raise RuntimeError("this deadline_scope is already entered")
+        frames = _SCOPES.get()
+        outer = frames[-1].effective if frames else None
+        if self._requested is None:
+            self._token = _SCOPES.set(frames)
+            return outer
+        effective = self._requested.earliest(outer)
+        self._frame = ScopeFrame(self._name, self._requested, effective)
+        self._token = _SCOPES.set((*frames, self._frame))
+        return effective
+
+    def _reset(self) -> None:
+        if self._token is not None:
+            _SCOPES.reset(self._token)
+            self._token = None
+
+    def __enter__(self) -> Deadline | None:
+        return self._enter()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._reset()
+
+    async def __aenter__(self) -> Deadline | None:
+        if self._LINKS_SIGNAL:
+            # Work started in this block (LangGraph's node tasks included) is stopped with it.
+            self._signal = CancelSignal(current_signal())
+            self._signal_token = set_signal(self._signal)
+        effective = self._enter()
+        if effective is not None:
+            self._cancel = anyio.CancelScope(deadline=loop_time() + effective.remaining())
+            self._cancel.__enter__()
+        return effective
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Never swallows: a cancellation this scope caught becomes DeadlineExceeded, so type
+        # checkers can tell that code after an `async with deadline_scope(...)` block is reached.
+        cancel, self._cancel = self._cancel, None
+        frames = _SCOPES.get()
+        try:
+            swallowed = bool(cancel.__exit__(exc_type, exc, tb)) if cancel is not None else False
+        finally:
+            self._reset()
+            self._unlink(exc, cancel)
+        if cancel is not None and cancel.cancelled_caught:
+            chain: tuple[ScopeFrame, ...] = getattr(exc, _CHAIN, frames)
+            d = self._frame.effective if self._frame else None
+            # Name the scope whose own request set the deadline that fired, whichever caught it.
+            step = next((f.name for f in chain if f.requested is d), self._name)
+            raise DeadlineExceeded(
+                f"deadline exceeded in {step}" if step else "deadline exceeded",
+                deadline=d,
+                step=step,
+                scopes=chain,
+            ) from None
+        if exc is not None and not swallowed and not hasattr(exc, _CHAIN):
+            # A cancellation on its way to an enclosing scope: remember the full chain of open
+            # scopes, so the error raised there shows the inner ones too (and which were clamped).
+            with contextlib.suppress(AttributeError):
+                setattr(exc, _CHAIN, frames)
+
+    def _unlink(self, exc: BaseException | None, cancel: anyio.CancelScope | None) -> None:
+        signal, self._signal = self._signal, None
+        if signal is None:
+            return
+        reset_signal(self._signal_token)
+        cancelled = cancel is not None and cancel.cancelled_caught
+        if cancelled or isinstance(exc, anyio.get_cancelled_exc_class()):
+            signal.cancel("deadline" if cancelled else "caller")
+
+    def __repr__(self) -> str:
+        return f"deadline_scope({self._requested!r}, name={self._name!r})"
+
+
+class step_scope(deadline_scope):
+    """`deadline_scope` for one step's body: the step itself is registered with the signal."""
+
+    __slots__ = ()
+    _LINKS_SIGNAL = False

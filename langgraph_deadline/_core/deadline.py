@@ -1,0 +1,198 @@
+"""The `Deadline` value: one absolute instant, with the arithmetic every step needs."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Final, final
+
+from .clock import SYSTEM_CLOCK, Clock
+from .validate import check_cap, check_seconds
+
+__all__ = ["Deadline", "earliest"]
+
+_MAX_EPOCH: Final = 32_503_680_000.0  # year 3000: anything later is a unit mistake (ms for s).
+
+
+@final
+class Deadline:
+    """An absolute instant by which a run must be finished. Immutable; deadlines only get earlier.
+
+    Like Go's `time.Time`, a deadline holds two readings of the same instant: a monotonic one,
+    used for all arithmetic inside this process (immune to wall-clock jumps), and a wall-clock
+    one (`timestamp`, epoch seconds), used on the wire and in checkpoints.
+
+    >>> d = Deadline.after(5.0)
+    >>> 0 < d.remaining() <= 5.0
+    True
+    >>> d.budget(cap=2.0) <= 2.0
+    True
+    """
+
+    __slots__ = ("_clock", "_mono", "_wall")
+
+    _mono: float
+    _wall: float
+    _clock: Clock
+
+    def __init__(self, *, monotonic: float, wall: float, clock: Clock = SYSTEM_CLOCK) -> None:
+        # Private constructor: use Deadline.after() or Deadline.at().
+        object.__setattr__(self, "_mono", monotonic)
+        object.__setattr__(self, "_wall", wall)
+        object.__setattr__(self, "_clock", clock)
+
+    # -- constructors ---------------------------------------------------------------------------
+
+    @classmethod
+    def after(cls, seconds: float, *, clock: Clock | None = None) -> Deadline:
+        """The deadline `seconds` from now.
+
+        Raises:
+            TypeError: `seconds` is not a number.
+            ValueError: `seconds` is negative, NaN or infinite.
+        """
+        secs = check_seconds(seconds, "seconds")
+        clk = SYSTEM_CLOCK if clock is None else clock
+        return cls(monotonic=clk.monotonic() + secs, wall=clk.time() + secs, clock=clk)
+
+    @classmethod
+    def at(cls, timestamp: float | _dt.datetime, *, clock: Clock | None = None) -> Deadline:
+        """The deadline at an absolute wall-clock time: epoch seconds, or an aware `datetime`.
+
+        The instant is mapped once onto this process's monotonic clock, so later wall-clock jumps
+        do not move it.
+
+        Raises:
+            TypeError: not a number or a `datetime`.
+            ValueError: NaN, infinite, negative, after year 3000, or a naive datetime.
+        """
+        if isinstance(timestamp, _dt.datetime):
+            if timestamp.tzinfo is None:
+                raise ValueError(
+                    "timestamp must be an aware datetime (with tzinfo), got a naive one"
+                )
+            wall = timestamp.timestamp()
+        else:
+            wall = check_seconds(timestamp, "timestamp")
+        if wall > _MAX_EPOCH:
+            raise ValueError(
+                f"timestamp must be epoch seconds before year 3000, got {timestamp!r} "
+                "(milliseconds passed as seconds?)"
+            )
+        clk = SYSTEM_CLOCK if clock is None else clock
+        return cls(monotonic=clk.monotonic() + (wall - clk.time()), wall=wall, clock=clk)
+
+    @classmethod
+    def _after(cls, seconds: float, clock: Clock) -> Deadline:
+        """`after` without argument checks, for values this library computed itself (hot path)."""
+        return cls(monotonic=clock.monotonic() + seconds, wall=clock.time() + seconds, clock=clock)
+
+    @classmethod
+    def _at(cls, wall: float, clock: Clock) -> Deadline:
+        """`at` without argument checks, for epoch seconds read back from our own state field."""
+        return cls(monotonic=clock.monotonic() + (wall - clock.time()), wall=wall, clock=clock)
+
+    # -- readings -------------------------------------------------------------------------------
+
+    @property
+    def timestamp(self) -> float:
+        """The deadline as wall-clock epoch seconds (for checkpoints, logs and the wire)."""
+        return self._wall
+
+    @property
+    def clock(self) -> Clock:
+        """The clock this deadline reads."""
+        return self._clock
+
+    def remaining(self) -> float:
+        """Seconds left, on the monotonic clock; never negative."""
+        left = self._mono - self._clock.monotonic()
+        return left if left > 0.0 else 0.0
+
+    @property
+    def expired(self) -> bool:
+        """True once no time is left."""
+        return self._clock.monotonic() >= self._mono
+
+    def budget(self, cap: float | None = None, reserve: float = 0.0) -> float:
+        """A step's budget: `min(cap, remaining - reserve)`, never negative.
+
+        Raises:
+            TypeError, ValueError: `cap` or `reserve` is not a finite number >= 0.
+        """
+        return self._budget(check_cap(cap, "cap"), check_seconds(reserve, "reserve"))
+
+    def _budget(self, cap: float | None, reserve: float) -> float:
+        left = self._mono - self._clock.monotonic() - reserve
+        if cap is not None and cap < left:
+            left = cap
+        return left if left > 0.0 else 0.0
+
+    # -- combining ------------------------------------------------------------------------------
+
+    def earliest(self, other: Deadline | None) -> Deadline:
+        """The earlier of the two (`None` is no deadline). Combining never extends a deadline."""
+        if other is None or self <= other:
+            return self
+        return other
+
+    def _key(self, other: Deadline) -> tuple[float, float]:
+        if other._clock is self._clock:
+            return self._mono, other._mono
+        return self._wall, other._wall
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Deadline):
+            return NotImplemented
+        a, b = self._key(other)
+        return a < b
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Deadline):
+            return NotImplemented
+        a, b = self._key(other)
+        return a <= b
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Deadline):
+            return NotImplemented
+        a, b = self._key(other)
+        return a > b
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Deadline):
+            return NotImplemented
+        a, b = self._key(other)
+        return a >= b
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Deadline):
+            return NotImplemented
+        a, b = self._key(other)
+        return a == b
+
+    def __hash__(self) -> int:
+        return hash((id(self._clock), self._mono))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Deadline is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Deadline is immutable")
+
+    def __reduce__(self) -> tuple[object, tuple[float]]:
+        # Pickles as its wall-clock instant: a monotonic reading means nothing in another process.
+        return (Deadline.at, (self._wall,))
+
+    def __repr__(self) -> str:
+        left = self._mono - self._clock.monotonic()
+        when = _dt.datetime.fromtimestamp(self._wall, _dt.UTC).isoformat(timespec="milliseconds")
+        return f"Deadline(at={when}, remaining={left:.3f}s)"
+
+
+def earliest(*deadlines: Deadline | None) -> Deadline | None:
+    """The earliest of the given deadlines, ignoring `None`; `None` when there are none."""
+    best: Deadline | None = None
+    for d in deadlines:
+        if d is not None and (best is None or d < best):
+            best = d
+    return best

@@ -1,0 +1,54 @@
+"""Where a step record goes: the run's records, the enclosing node's trace, the observers."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Final
+
+from .observe import emit_step
+from .records import StepRecord
+from .tracker import RunTracker
+
+__all__ = ["child_records", "commit_record", "record_child"]
+
+
+def commit_record(record: StepRecord, run: RunTracker | None, key: int | None = None) -> None:
+    """The one place a step record is kept: the run's records, the enclosing node's children
+    (for the trace in state), and the observers."""
+    if run is not None:
+        if key is not None:
+            if not run.close(key, record):
+                return
+        else:
+            run.records.append(record)
+    if record.kind != "node" and (sink := _CHILDREN.get()) is not None:
+        sink.append(record)
+    if run is not None:
+        emit_step(record, run.run_id, run.deadline.timestamp if run.deadline else None)
+    else:
+        emit_step(record, None, None)
+
+
+_CHILDREN: Final[ContextVar[list[StepRecord] | None]] = ContextVar(
+    "langgraph_deadline.children", default=None
+)
+
+
+class child_records:
+    """Collect the records of the steps (tools, model calls, HTTP) run inside a node, so the
+    node can add them to the run's trace in state along with its own."""
+
+    __slots__ = ("_token", "sink")
+
+    def __enter__(self) -> list[StepRecord]:
+        self.sink: list[StepRecord] = []
+        self._token = _CHILDREN.set(self.sink)
+        return self.sink
+
+    def __exit__(self, *exc: object) -> None:
+        _CHILDREN.reset(self._token)
+
+
+def record_child(record: StepRecord, run: RunTracker | None) -> None:
+    """Record a step that did not run through `run_async`/`run_sync` (a skipped or stale one)."""
+    commit_record(record, run)

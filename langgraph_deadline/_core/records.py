@@ -1,0 +1,136 @@
+"""Frozen records of how steps and runs ended; plain data, safe to checkpoint and to log."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any, Literal
+
+__all__ = ["Outcome", "StepKind", "StepRecord", "StepStatus", "Terminal"]
+
+StepKind = Literal["node", "tool", "model", "http"]
+
+
+class Terminal(enum.StrEnum):
+    """How a run ended. `CANCELLED` (a caller or parent gave up) is never `DEADLINE_EXCEEDED`."""
+
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    STEP_LIMIT = "step_limit"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StepStatus(enum.StrEnum):
+    """How one step (node attempt, tool call, model call, HTTP request) ended."""
+
+    COMPLETED = "completed"
+    SKIPPED = "skipped"  # not started: its budget was below its min_viable
+    TIMED_OUT = "timed_out"  # cancelled in flight when its budget ran out
+    ABANDONED = "abandoned"  # sync work past its budget: could not be stopped, may still run
+    CANCELLED = "cancelled"  # a caller or parent cancelled it
+    FAILED = "failed"
+    STALE = "stale"  # a read-only tool answered from its cache
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def cut(self) -> bool:
+        """Started and then stopped by its budget (`timed_out`, or `abandoned` sync work)."""
+        return self in _CUT
+
+    @property
+    def ran_out(self) -> bool:
+        """Ended by the deadline: cut in flight, or `skipped` for lack of budget."""
+        return self in _RAN_OUT
+
+
+_CUT: frozenset[StepStatus] = frozenset({StepStatus.TIMED_OUT, StepStatus.ABANDONED})
+_RAN_OUT: frozenset[StepStatus] = _CUT | {StepStatus.SKIPPED}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StepRecord:
+    """One step's account of its budget: what it was given, what it used, how it ended.
+
+    Times are milliseconds. `requested_ms` is the step's own cap (None when it has none);
+    `allocated_ms` is what it got, `clamped` tells whether the run's deadline cut it below the cap.
+    """
+
+    name: str
+    kind: StepKind
+    attempt: int
+    remaining_ms: float | None
+    requested_ms: float | None
+    allocated_ms: float | None
+    clamped: bool
+    elapsed_ms: float
+    status: StepStatus
+    side_effect_started: bool = False
+    cancel_source: str | None = None
+    started_at: float | None = None  # epoch seconds when the step started
+
+    def ran_out_reason(self) -> str:
+        """Why this step ended the run, in words a caller or a log reader can act on."""
+        if self.status is StepStatus.SKIPPED:
+            if self.allocated_ms:
+                return f"{self.name} not started: budget {self.allocated_ms} ms below min_viable"
+            return f"{self.name} not started: no time left"
+        if self.status is StepStatus.ABANDONED:
+            return f"{self.name} overran its budget of {self.allocated_ms} ms (sync work abandoned)"
+        return f"{self.name} cancelled at its budget of {self.allocated_ms} ms"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (the form stored in checkpoints)."""
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepRecord:
+        """Inverse of `to_dict`; unknown keys are ignored so old readers survive new fields."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in fields}
+        kwargs["status"] = StepStatus(kwargs["status"])
+        return cls(**kwargs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """How a run ended: its `terminal`, the `step` where it ended (None when completed), why.
+
+    `elapsed_ms` is the run's wall time from its entry to the outcome, when known.
+    """
+
+    terminal: Terminal
+    step: str | None = None
+    reason: str = ""
+    elapsed_ms: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.terminal is Terminal.COMPLETED
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (the form stored in checkpoints)."""
+        return {
+            "terminal": self.terminal.value,
+            "step": self.step,
+            "reason": self.reason,
+            "elapsed_ms": self.elapsed_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
+        """Inverse of `to_dict`."""
+        return cls(
+            terminal=Terminal(data["terminal"]),
+            step=data.get("step"),
+            reason=data.get("reason", ""),
+            elapsed_ms=data.get("elapsed_ms"),
+        )

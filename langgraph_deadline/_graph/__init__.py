@@ -1,0 +1,1 @@
+"""The LangGraph layer: state fields, the node wrapper, the graph wrapper, streaming, terminals."""

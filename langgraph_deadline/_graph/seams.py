@@ -1,0 +1,41 @@
+"""The LangGraph seams this library plugs into, in one place (checked against langgraph 1.2).
+
+Everything here is public LangGraph API; `tests/graph/test_seams.py` fails loudly when one of
+them changes shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from langgraph.errors import GraphBubbleUp
+from langgraph.runtime import get_runtime
+
+__all__ = ["DRAIN_REASON", "PASSTHROUGH", "drain", "node_attempt"]
+
+PASSTHROUGH: Final[tuple[type[BaseException], ...]] = (GraphBubbleUp,)
+"""LangGraph's control-flow exceptions (interrupts, drains): a step lets them through untouched."""
+
+DRAIN_REASON: Final = "deadline_exceeded"
+"""The reason given to `RunControl.request_drain` when a step ran out of budget."""
+
+
+def _runtime() -> Any:
+    try:
+        return get_runtime()
+    except Exception:  # outside a graph run (a direct call in a test)
+        return None
+
+
+def node_attempt() -> int:
+    """The attempt number of the node running here (LangGraph's retries count up from 1)."""
+    runtime = _runtime()
+    info = getattr(runtime, "execution_info", None)
+    return info.node_attempt if info is not None else 1
+
+
+def drain() -> None:
+    """Ask LangGraph to stop after this superstep: no further node body runs."""
+    control = getattr(_runtime(), "control", None)
+    if control is not None:
+        control.request_drain(DRAIN_REASON)

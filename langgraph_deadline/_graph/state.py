@@ -1,0 +1,189 @@
+"""Graph state fields for the deadline, the run's outcome and its step records.
+
+Each field has its own channel so that checkpoints hold plain data (floats, dicts, lists): they
+load under `LANGGRAPH_STRICT_MSGPACK=true` and without LangGraph's "unregistered type" warning,
+and they travel as JSON to `RemoteGraph` and LangGraph Server. In memory the fields are typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, Generic, TypeVar
+
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.types import Overwrite
+from typing_extensions import TypedDict
+
+from .._core.clock import SYSTEM_CLOCK, Clock
+from .._core.deadline import Deadline
+from .._core.records import Outcome, StepRecord
+from .._core.validate import check_seconds
+
+__all__ = [
+    "DeadlineState",
+    "deadline_from_state",
+    "deadline_input",
+    "merge_deadline",
+    "merge_outcome",
+    "merge_trace",
+]
+
+T = TypeVar("T")
+
+
+def _as_timestamp(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, Deadline):
+        return value.timestamp
+    return check_seconds(value, "deadline")
+
+
+def merge_deadline(current: float | None, update: Deadline | float | None) -> float | None:
+    """Reducer for `deadline`: epoch seconds, earliest wins, `None` (no deadline) never wins."""
+    new = _as_timestamp(update)
+    if current is None:
+        return new
+    if new is None:
+        return current
+    return new if new < current else current
+
+
+def merge_outcome(
+    current: Outcome | None, update: Outcome | Mapping[str, Any] | None
+) -> Outcome | None:
+    """Reducer for `deadline_outcome`: the first terminal of a run is kept; `None` clears it."""
+    if update is None:
+        return None
+    new = update if isinstance(update, Outcome) else Outcome.from_dict(update)
+    return new if current is None else current
+
+
+def merge_trace(
+    current: list[StepRecord], update: Iterable[StepRecord | Mapping[str, Any]] | None
+) -> list[StepRecord]:
+    """Reducer for `deadline_trace`: records are appended."""
+    if not update:
+        return current
+    return [*current, *(_as_record(r) for r in update)]
+
+
+def _as_record(value: StepRecord | Mapping[str, Any]) -> StepRecord:
+    return value if isinstance(value, StepRecord) else StepRecord.from_dict(value)
+
+
+class _PlainChannel(BinaryOperatorAggregate[T], Generic[T]):
+    """A reducer channel that checkpoints plain data and rebuilds typed values on load."""
+
+    def _decode(self, value: Any) -> T:
+        return value  # type: ignore[no-any-return]
+
+    def _encode(self, value: T) -> Any:
+        return value
+
+    def update(self, values: Sequence[T]) -> bool:
+        # Normalize Overwrite payloads too: they bypass the reducer.
+        fixed: list[Any] = []
+        for v in values:
+            if isinstance(v, Overwrite):
+                fixed.append(Overwrite(self._decode(v.value)))
+            elif isinstance(v, dict) and len(v) == 1 and "__overwrite__" in v:
+                fixed.append(Overwrite(self._decode(v["__overwrite__"])))
+            else:
+                fixed.append(v)
+        return super().update(fixed)
+
+    def checkpoint(self) -> Any:
+        value = super().checkpoint()
+        return self._encode(value)
+
+    def from_checkpoint(self, checkpoint: Any) -> _PlainChannel[T]:
+        channel = super().from_checkpoint(checkpoint)
+        if channel.is_available():
+            channel.value = self._decode(channel.value)
+        return channel
+
+
+class _DeadlineChannel(_PlainChannel[float | None]):
+    def _decode(self, value: Any) -> float | None:
+        return _as_timestamp(value)
+
+
+class _OutcomeChannel(_PlainChannel[Outcome | None]):
+    def _decode(self, value: Any) -> Outcome | None:
+        if value is None or isinstance(value, Outcome):
+            return value
+        return Outcome.from_dict(value)
+
+    def _encode(self, value: Outcome | None) -> Any:
+        return value.to_dict() if isinstance(value, Outcome) else value
+
+
+class _TraceChannel(_PlainChannel[list[StepRecord]]):
+    def _decode(self, value: Any) -> list[StepRecord]:
+        return [_as_record(r) for r in value or ()]
+
+    def _encode(self, value: list[StepRecord]) -> Any:
+        return [r.to_dict() for r in value]
+
+
+def _none_type() -> type[None]:
+    return type(None)
+
+
+class DeadlineState(TypedDict, total=False):
+    """Mix into your graph state to carry the run's deadline, outcome and step records.
+
+    - `deadline`: epoch seconds (absolute: survives checkpoints and processes). Earliest wins:
+      updates can only bring it forward. A new run replaces it with `Overwrite` (see
+      `deadline_input`; `with_deadlines` does this for you).
+    - `deadline_outcome`: the run's `Outcome`, once it has one. The first terminal is kept.
+    - `deadline_trace`: the `StepRecord` of every budgeted step, appended.
+
+    ```python
+    class State(DeadlineState):
+        question: str
+    ```
+    """
+
+    deadline: Annotated[float | None, _DeadlineChannel(_none_type(), merge_deadline)]
+    deadline_outcome: Annotated[Outcome | None, _OutcomeChannel(_none_type(), merge_outcome)]
+    deadline_trace: Annotated[list[StepRecord], _TraceChannel(list, merge_trace)]
+
+
+def deadline_input(deadline: Deadline | float) -> dict[str, Any]:
+    """The state update that starts a new run with `deadline` (a `Deadline` or seconds from now).
+
+    It replaces the thread's previous deadline and clears its outcome and trace, so a second run
+    on the same checkpointed thread gets its own fresh budget: `graph.invoke({**deadline_input(5),
+    "question": q}, config)`. `with_deadlines` graphs do this themselves.
+
+    Raises:
+        TypeError, ValueError: not a `Deadline` or a finite number of seconds >= 0.
+    """
+    d = (
+        deadline
+        if isinstance(deadline, Deadline)
+        else Deadline.after(check_seconds(deadline, "deadline"))
+    )
+    return {
+        "deadline": Overwrite(d.timestamp),
+        "deadline_outcome": None,
+        "deadline_trace": Overwrite([]),
+    }
+
+
+def deadline_from_state(state: object, *, clock: Clock | None = None) -> Deadline | None:
+    """The `Deadline` recorded in a state mapping, or None (no field, or no deadline set)."""
+    if not isinstance(state, Mapping):
+        return None
+    ts = state.get("deadline")
+    if ts is None:
+        return None
+    if isinstance(ts, Deadline):
+        return ts
+    if type(ts) is float:  # our own channel's plain data: already checked
+        return Deadline._at(ts, SYSTEM_CLOCK if clock is None else clock)
+    if isinstance(ts, int | float) and not isinstance(ts, bool):
+        return Deadline.at(ts, clock=clock)
+    return None

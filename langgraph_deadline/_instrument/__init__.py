@@ -1,0 +1,1 @@
+"""Observer backends: LangChain callbacks, OpenTelemetry, Prometheus, JSON lines."""

@@ -1,0 +1,64 @@
+"""Step records as LangChain custom events, for any callback handler and `astream_events`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from langchain_core.callbacks import BaseCallbackManager, dispatch_custom_event
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
+
+from .._core.observe import RunEvent, StepEvent, run_fields, step_fields
+
+__all__ = ["RUN_EVENT", "STEP_EVENT", "CallbacksObserver"]
+
+log = logging.getLogger("langgraph_deadline")
+
+STEP_EVENT: Final = "langgraph_deadline.step"
+RUN_EVENT: Final = "langgraph_deadline.run"
+
+
+class CallbacksObserver:
+    """Dispatch every step record (`"langgraph_deadline.step"`) and run outcome
+    (`"langgraph_deadline.run"`) as a LangChain custom event to the callbacks of the runnable
+    that is current where the step ended: a node's, a tool's.
+
+    The data is a plain dict of names and numbers (see `step_fields`). Dispatch is synchronous,
+    from sync code, async code and threads alike: sync handlers run inline, async handlers run
+    to completion on LangChain's callback thread (as `dispatch_custom_event` does from sync
+    code). Where no runnable is current (a step outside any graph, the run-wide backstop that
+    closes steps when a whole run is cancelled, the outcome of a top-level run) there is no
+    parent run to attach the event to, and nothing is sent. Never raises.
+    """
+
+    __slots__ = ()
+
+    def on_step(self, event: StepEvent) -> None:
+        if (config := _listening()) is not None:
+            _dispatch(STEP_EVENT, step_fields(event), config)
+
+    def on_run(self, event: RunEvent) -> None:
+        if (config := _listening()) is not None:
+            _dispatch(RUN_EVENT, run_fields(event), config)
+
+    def __repr__(self) -> str:
+        return "CallbacksObserver()"
+
+
+def _listening() -> RunnableConfig | None:
+    """The current runnable's config when it has callback handlers, else None (cheaply)."""
+    config = var_child_runnable_config.get()
+    if not config:
+        return None
+    callbacks = config.get("callbacks")
+    if not callbacks or (isinstance(callbacks, BaseCallbackManager) and not callbacks.handlers):
+        return None
+    return config
+
+
+def _dispatch(name: str, data: dict[str, Any], config: RunnableConfig) -> None:
+    try:
+        dispatch_custom_event(name, data, config=config)
+    except Exception:
+        log.debug("could not dispatch %s as a LangChain custom event", name, exc_info=True)

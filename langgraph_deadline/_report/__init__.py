@@ -1,0 +1,1 @@
+"""The trace report: step statistics, suggested caps, a waterfall plot."""

@@ -1,0 +1,1 @@
+"""Deadline-aware retries and tenacity adaptors."""

@@ -1,0 +1,1 @@
+"""Tools: `deadline_tool`, model-readable timeouts, stale caches."""

@@ -1,0 +1,242 @@
+"""The deadline on the wire: header names, parsing, formatting and the skew check.
+
+- `X-Request-Timeout-Ms`: the time left, in whole milliseconds, computed when the request is
+  sent (immune to clock skew). On receipt it rules.
+- `X-Request-Deadline`: the absolute deadline, in epoch milliseconds. Only used when it agrees
+  with the relative header within `max_skew`; then the earlier of the two wins.
+- `grpc-timeout`: understood on receipt: 1 to 8 digits and a unit (`H M S m u n`).
+
+A value that is not what the format says raises `HeaderError`; an absurdly long one is kept and
+left for the receiver's maximum to clamp. `docs/howto/across-services.md` is the reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from .._core.clock import SYSTEM_CLOCK, Clock
+from .._core.deadline import Deadline, earliest
+
+__all__ = [
+    "WIRE",
+    "HeaderError",
+    "Received",
+    "WireFormat",
+    "clamp",
+    "error_body",
+    "outgoing",
+    "parse_error_body",
+    "read",
+]
+
+_ABSURD_S: Final = 1e9  # what a relative value of 13 digits or more (>= 31 years) is read as
+_GRPC_UNITS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_EPOCH_MS_MIN: Final = 100_000_000_000  # 1973: anything smaller is seconds, not milliseconds
+_BODY_MAX: Final = 4096
+
+
+class HeaderError(ValueError):
+    """A deadline header that does not follow the wire format."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WireFormat:
+    """The header names the deadline travels in. `None` switches a header off.
+
+    `timeout_header` carries the time left in milliseconds (sent and read); `deadline_header`
+    the absolute deadline in epoch milliseconds (sent, and read as a cross-check);
+    `grpc_timeout_header` is only read.
+
+    Raises:
+        TypeError, ValueError: a name that is not a non-empty string.
+    """
+
+    timeout_header: str = "X-Request-Timeout-Ms"
+    deadline_header: str | None = "X-Request-Deadline"
+    grpc_timeout_header: str | None = "grpc-timeout"
+    _kinds: dict[bytes, str] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        kinds: dict[bytes, str] = {}
+        names = (
+            (self.timeout_header, "timeout"),
+            (self.deadline_header, "deadline"),
+            (self.grpc_timeout_header, "grpc"),
+        )
+        for name, kind in names:
+            if name is None and kind != "timeout":
+                continue
+            if not isinstance(name, str) or not name.strip():
+                raise TypeError(f"header names must be non-empty strings, got {name!r}")
+            kinds[name.strip().lower().encode("latin-1")] = kind
+        if len(kinds) != sum(n is not None for n, _ in names):
+            raise ValueError("the deadline headers need three different names")
+        object.__setattr__(self, "_kinds", kinds)
+
+
+WIRE: Final = WireFormat()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Received:
+    """What the headers of one request said. `skew`: how far (s) an ignored absolute was off."""
+
+    deadline: Deadline | None
+    source: str | None = None
+    skew: float | None = None
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def _values(raw: str) -> list[str]:
+    return [v.strip() for v in raw.split(",")] if "," in raw else [raw.strip()]
+
+
+def _digits(value: str, what: str, header: str) -> str:
+    if not value or not value.isascii() or not value.isdigit():
+        raise HeaderError(f"{header}: {what} expected, got {value[:40]!r}")
+    return value
+
+
+def timeout_seconds(value: str, header: str = "X-Request-Timeout-Ms") -> float:
+    """Seconds from a relative value in whole milliseconds; 13+ digits read as 'forever'."""
+    digits = _digits(value, "a whole number of milliseconds >= 0", header)
+    return _ABSURD_S if len(digits) > 12 else int(digits) / 1000.0
+
+
+def grpc_seconds(value: str, header: str = "grpc-timeout") -> float:
+    """Seconds from a `grpc-timeout` value: at most 8 digits and a unit, `H M S m u n`."""
+    unit = _GRPC_UNITS.get(value[-1:])
+    digits = value[:-1]
+    if unit is None or not 1 <= len(digits) <= 8 or not (digits.isascii() and digits.isdigit()):
+        raise HeaderError(
+            f"{header}: 1 to 8 digits and a unit (H M S m u n) expected, got {value[:40]!r}"
+        )
+    return int(digits) * unit
+
+
+def deadline_timestamp(value: str, header: str = "X-Request-Deadline") -> float:
+    """Epoch seconds from an absolute deadline in epoch milliseconds."""
+    digits = _digits(value, "epoch milliseconds", header)
+    if len(digits) > 15 or int(digits) < _EPOCH_MS_MIN:
+        raise HeaderError(f"{header}: epoch milliseconds expected, got {value[:40]!r}")
+    return int(digits) / 1000.0
+
+
+def read(
+    headers: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]],
+    *,
+    wire: WireFormat = WIRE,
+    max_skew: float = 1.0,
+    clock: Clock = SYSTEM_CLOCK,
+) -> Received:
+    """The deadline that `headers` ask for (name/value pairs, bytes as in ASGI or str).
+
+    Relative values (the timeout header, `grpc-timeout`) rule, the earliest of them if several;
+    the absolute header only moves the deadline earlier, and only when within `max_skew` of it;
+    alone, it is taken as it is.
+
+    Raises:
+        HeaderError: a deadline header that does not follow the format.
+    """
+    kinds = wire._kinds
+    relative: float | None = None
+    rel_source: str | None = None
+    absolute: float | None = None
+    abs_source: str | None = None
+    for name, raw in headers:
+        key = name.lower() if isinstance(name, bytes) else name.lower().encode("latin-1")
+        kind = kinds.get(key)
+        if kind is None:
+            continue
+        header = key.decode("latin-1")
+        text = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+        for value in _values(text):
+            if kind == "deadline":
+                ts = deadline_timestamp(value, header)
+                if absolute is None or ts < absolute:
+                    absolute, abs_source = ts, header
+                continue
+            secs = (
+                timeout_seconds(value, header) if kind == "timeout" else grpc_seconds(value, header)
+            )
+            if relative is None or secs < relative:
+                relative, rel_source = secs, header
+    if relative is None:
+        if absolute is None:
+            return Received(None)
+        return Received(_at(absolute, clock, abs_source), abs_source)
+    rel = Deadline.after(relative, clock=clock)
+    if absolute is None:
+        return Received(rel, rel_source)
+    off = absolute - rel.timestamp
+    if abs(off) > max_skew:
+        return Received(rel, rel_source, skew=off)
+    if absolute < rel.timestamp:
+        return Received(_at(absolute, clock, abs_source), abs_source)
+    return Received(rel, rel_source)
+
+
+def _at(timestamp: float, clock: Clock, header: str | None) -> Deadline:
+    try:
+        return Deadline.at(timestamp, clock=clock)
+    except ValueError:  # after year 3000
+        raise HeaderError(f"{header}: epoch milliseconds before year 3000 expected") from None
+
+
+def clamp(
+    received: Deadline | None,
+    *,
+    max_timeout: float | None,
+    default_timeout: float | None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> Deadline | None:
+    """The deadline a server grants: the one received (or `default_timeout` from now when none),
+    never later than `max_timeout` from now."""
+    if received is None and default_timeout is not None:
+        received = Deadline.after(default_timeout, clock=clock)
+    if max_timeout is None:
+        return received
+    return earliest(received, Deadline.after(max_timeout, clock=clock))
+
+
+# -- sending ------------------------------------------------------------------------------------
+
+
+def outgoing(deadline: Deadline, wire: WireFormat = WIRE) -> tuple[float, dict[str, str]]:
+    """The seconds left and the headers that carry them, computed now. Milliseconds are rounded
+    down: a hop never hands on more time than it has. Zero milliseconds left is `(0.0, {})`."""
+    left = deadline.remaining()
+    ms = math.floor(left * 1000.0)
+    if ms <= 0:
+        return 0.0, {}
+    headers = {wire.timeout_header: str(ms)}
+    if wire.deadline_header is not None:
+        headers[wire.deadline_header] = str(math.floor(deadline.timestamp * 1000.0))
+    return left, headers
+
+
+# -- the 504 body ---------------------------------------------------------------------------------
+
+
+def error_body(terminal: str, step: str | None, detail: str) -> bytes:
+    """The short JSON body of a deadline answer: `{"terminal", "step", "detail"}`."""
+    return json.dumps({"terminal": terminal, "step": step, "detail": detail[:300]}).encode()
+
+
+def parse_error_body(content_type: str, body: bytes) -> Mapping[str, Any] | None:
+    """The fields of a body made by `error_body`, or None when the body is something else."""
+    if not content_type.startswith("application/json") or len(body) > _BODY_MAX:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("terminal"), str):
+        return None
+    return data

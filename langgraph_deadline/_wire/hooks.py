@@ -1,0 +1,179 @@
+"""httpx event hooks: the deadline out with each request, a 504 back as `DeadlineExceeded`."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from typing import Any
+
+from .._core.clock import SYSTEM_CLOCK, Clock
+from .._core.context import current_deadline, current_scopes
+from .._core.deadline import Deadline
+from .._core.errors import DeadlineExceeded
+from .._core.records import Terminal
+from .._core.validate import check_cap, check_seconds
+from .format import WIRE, WireFormat, clamp, outgoing, parse_error_body, read
+
+__all__ = ["WireFormat", "deadline_hooks", "from_headers", "to_headers"]
+
+EventHook = Callable[[Any], Awaitable[None]]
+
+
+def deadline_hooks(*, wire: WireFormat = WIRE) -> dict[str, list[EventHook]]:
+    """Event hooks for an httpx or httpx2 client, sync or async: `Client(event_hooks=...)`.
+
+    Before each request is sent (redirects and retries included), with the deadline in context:
+    - no time left (under 1 ms): `DeadlineExceeded` is raised and nothing is sent;
+    - otherwise the deadline headers are set and the request's connect, read, write and pool
+      timeouts are cut to the time left. Each is a limit per I/O wait: in async code the
+      enclosing deadline scope is what cancels a response that trickles in past the deadline.
+    Without a deadline in context a request goes out untouched.
+
+    After each response: a 504 whose JSON body says `"terminal": "deadline_exceeded"` (what
+    `DeadlineASGIMiddleware` answers) raises `DeadlineExceeded` naming the downstream step.
+
+    To keep hooks of your own, add them to the lists returned.
+    """
+    return {"request": [_OnRequest(wire)], "response": [_OnResponse()]}
+
+
+def to_headers(deadline: Deadline | None = None, *, wire: WireFormat = WIRE) -> dict[str, str]:
+    """The deadline headers for a request sent now: `deadline`, or the one in context.
+
+    For clients without event hooks. Empty when there is no deadline. Call it right before
+    sending: the time left is computed when it is called.
+
+    Raises:
+        DeadlineExceeded: no time is left (under 1 ms): do not send.
+        TypeError: `deadline` is not a `Deadline`.
+    """
+    if deadline is not None and not isinstance(deadline, Deadline):
+        raise TypeError(f"deadline must be a Deadline or None, got {type(deadline).__name__}")
+    d = current_deadline() if deadline is None else deadline
+    if d is None:
+        return {}
+    _, headers = outgoing(d, wire)
+    if not headers:
+        raise _refused(d, "request not sent")
+    return headers
+
+
+def from_headers(
+    headers: Mapping[str, str] | Iterable[tuple[str, str]],
+    *,
+    max_timeout: float | None = None,
+    max_skew: float = 1.0,
+    wire: WireFormat = WIRE,
+    clock: Clock | None = None,
+) -> Deadline | None:
+    """The deadline an incoming request asks for, or None when it carries none.
+
+    The relative headers rule (`X-Request-Timeout-Ms`, `grpc-timeout`); `X-Request-Deadline`
+    only makes it earlier, and only when it agrees within `max_skew` seconds (else it is
+    ignored: the clocks disagree); alone, it is taken as it is. The result is never later than
+    `max_timeout` from now. For servers that `DeadlineASGIMiddleware` does not fit.
+
+    Raises:
+        ValueError: a deadline header that does not follow the wire format (the message says
+            which and why); `max_timeout` or `max_skew` not a finite number >= 0.
+    """
+    cap = check_cap(max_timeout, "max_timeout")
+    skew = check_seconds(max_skew, "max_skew")
+    clk = SYSTEM_CLOCK if clock is None else clock
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    got = read(pairs, wire=wire, max_skew=skew, clock=clk)
+    return clamp(got.deadline, max_timeout=cap, default_timeout=None, clock=clk)
+
+
+# -- the hooks ------------------------------------------------------------------------------------
+
+
+class _Done:
+    """An awaitable that is already done: lets one hook serve sync and async clients alike."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield
+
+
+_DONE = _Done()
+
+
+class _OnRequest:
+    __slots__ = ("_wire",)
+
+    def __init__(self, wire: WireFormat) -> None:
+        self._wire = wire
+
+    def __call__(self, request: Any) -> Awaitable[None]:
+        d = current_deadline()
+        if d is None:
+            return _DONE
+        left, headers = outgoing(d, self._wire)
+        if not headers:
+            raise _refused(d, f"{request.method} {_where(request.url)} not sent")
+        for name, value in headers.items():
+            request.headers[name] = value  # (cheaper than .update() in httpx)
+        timeout = request.extensions.get("timeout")
+        if timeout:
+            request.extensions["timeout"] = {
+                k: left if v is None or v > left else v for k, v in timeout.items()
+            }
+        return _DONE
+
+    def __repr__(self) -> str:
+        return f"deadline request hook ({self._wire.timeout_header})"
+
+
+class _OnResponse:
+    __slots__ = ()
+
+    def __call__(self, response: Any) -> Awaitable[None]:
+        if response.status_code != 504:
+            return _DONE
+        if not hasattr(response.stream, "__iter__"):  # an async client's response
+            return self._async(response)
+        response.read()
+        _raise_if_deadline(response)
+        return _DONE
+
+    async def _async(self, response: Any) -> None:
+        await response.aread()
+        _raise_if_deadline(response)
+
+    def __repr__(self) -> str:
+        return "deadline response hook (504 -> DeadlineExceeded)"
+
+
+def _raise_if_deadline(response: Any) -> None:
+    fields = parse_error_body(response.headers.get("content-type", ""), response.content)
+    if fields is None or fields["terminal"] != Terminal.DEADLINE_EXCEEDED:
+        return
+    request = response.request
+    where = f"{request.method} {_where(request.url)}"
+    step = fields.get("step")
+    detail = fields.get("detail")
+    message = f"deadline exceeded downstream: {where} answered 504"
+    if isinstance(detail, str) and detail:
+        message += f" ({detail})"
+    raise DeadlineExceeded(
+        message,
+        deadline=current_deadline(),
+        step=step if isinstance(step, str) and step else where,
+        scopes=current_scopes(),
+    )
+
+
+def _refused(d: Deadline, what: str) -> DeadlineExceeded:
+    scopes = current_scopes()
+    step = scopes[-1].name if scopes else None
+    return DeadlineExceeded(
+        f"deadline exceeded: {what}, no time left", deadline=d, step=step, scopes=scopes
+    )
+
+
+def _where(url: Any) -> str:
+    """The URL without its query (which may hold secrets)."""
+    port = f":{url.port}" if url.port is not None else ""
+    return f"{url.scheme}://{url.host}{port}{url.path}"

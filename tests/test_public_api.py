@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import langgraph_deadline
+import langgraph_deadline.testing
+
+DOCUMENTED = {
+    "BudgetedModel",
+    "budgeted_model",
+    "Clock",
+    "Deadline",
+    "DeadlineExceeded",
+    "DeadlineGraph",
+    "DeadlineState",
+    "DeadlineTool",
+    "InMemoryStaleCache",
+    "StaleCache",
+    "StoreStaleCache",
+    "ToolTimeout",
+    "deadline_tool",
+    "deadline_tools",
+    "timeout_message",
+    "ManualClock",
+    "Outcome",
+    "ScopeFrame",
+    "StepRecord",
+    "StepStatus",
+    "SystemClock",
+    "Terminal",
+    "budgeted",
+    "check",
+    "client_timeout",
+    "current_deadline",
+    "deadline_input",
+    "deadline_scope",
+    "earliest",
+    "remaining",
+    "retry",
+    "stop_at_deadline",
+    "wait_within_deadline",
+    "terminal_of",
+    "with_deadlines",
+}
+
+
+def test_all_is_the_documented_surface() -> None:
+    assert set(langgraph_deadline.__all__) == DOCUMENTED
+    for name in DOCUMENTED:
+        assert hasattr(langgraph_deadline, name), name
+
+
+def test_testing_kit_surface() -> None:
+    assert set(langgraph_deadline.testing.__all__) == {
+        "ChatReply",
+        "FakeOpenAIServer",
+        "ManualClock",
+        "RecordingServer",
+        "ScriptedToolCall",
+        "ServedChatRequest",
+        "ServedRequest",
+        "SlowServer",
+        "assert_nothing_sent_after",
+        "await_nothing_sent_after",
+    }
+    for name in langgraph_deadline.testing.__all__:
+        assert getattr(langgraph_deadline.testing, name) is not None
+
+
+def test_deadline_exceeded_is_a_timeout_error_langgraph_does_not_retry() -> None:
+    from langgraph._internal._retry import default_retry_on
+
+    err = langgraph_deadline.DeadlineExceeded("x")
+    assert isinstance(err, TimeoutError)
+    assert not default_retry_on(err)
+    assert err.outcome.terminal is langgraph_deadline.Terminal.DEADLINE_EXCEEDED
+
+
+def test_instrument_module_surface() -> None:
+    import langgraph_deadline.instrument as instrument
+
+    assert set(instrument.__all__) == {
+        "CallbacksObserver",
+        "JsonlTraceWriter",
+        "Observer",
+        "OtelObserver",
+        "PrometheusObserver",
+        "RunEvent",
+        "StepEvent",
+        "count_tokens_after_deadline",
+        "get_observers",
+        "run_fields",
+        "set_observers",
+        "step_fields",
+    }
+    for name in instrument.__all__:
+        assert hasattr(instrument, name), name
+
+
+def test_http_and_asgi_module_surfaces() -> None:
+    import langgraph_deadline.asgi as asgi
+    import langgraph_deadline.http as http
+
+    assert set(http.__all__) == {"WireFormat", "deadline_hooks", "from_headers", "to_headers"}
+    assert set(asgi.__all__) == {"DeadlineASGIMiddleware"}
+
+
+def test_every_public_name_is_in_the_api_reference() -> None:
+    import importlib
+    import re
+    from pathlib import Path
+
+    api = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
+    documented = {d.rsplit(".", 1)[-1] for d in re.findall(r"^::: ([\w.]+)", api, re.M)}
+    for module in ("", ".instrument", ".http", ".asgi", ".testing", ".agents"):
+        names = importlib.import_module("langgraph_deadline" + module).__all__
+        missing = sorted(set(names) - documented)
+        assert not missing, f"langgraph_deadline{module}: {missing} not in docs/api.md"
