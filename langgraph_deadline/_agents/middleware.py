@@ -18,7 +18,7 @@ from langchain.agents.middleware import (
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.runtime import Runtime
-from langgraph.types import Command, Overwrite
+from langgraph.types import Command
 
 from .._core.context import current_deadline
 from .._core.deadline import Deadline, earliest
@@ -28,7 +28,7 @@ from .._core.records import Outcome, StepRecord, StepStatus, Terminal
 from .._core.run import StepResult, run_async, run_sync
 from .._core.validate import check_cap, check_seconds
 from .._graph.seams import PASSTHROUGH
-from .._graph.state import DeadlineState, deadline_from_state
+from .._graph.state import DeadlineState, deadline_from_state, fresh_run_update, with_trace
 from .._tools.tool import DeadlineTool, ToolTimeout, timeout_message
 from .model import (
     BudgetedModel,
@@ -44,7 +44,6 @@ MODEL_STEP: Final = "model"
 """The name model calls have in step records and outcomes (`create_agent`'s node name)."""
 
 _RUN: Final = "deadline_run"
-_CUT: Final = (StepStatus.TIMED_OUT, StepStatus.ABANDONED)
 _EXCERPT: Final = 160
 _MAX_LISTED: Final = 5
 
@@ -126,12 +125,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         own = None if self.timeout is None else Deadline.after(self.timeout)
         d = earliest(given, current_deadline(), own)
         at = None if d is None else d.timestamp
-        return {
-            "deadline": Overwrite(at),
-            "deadline_outcome": None,
-            "deadline_trace": Overwrite([]),
-            _RUN: {"at": at, "started": time.time()},
-        }
+        return {**fresh_run_update(at), _RUN: {"at": at, "started": time.time()}}
 
     async def abefore_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any]:
         return self.before_agent(state, runtime)
@@ -237,7 +231,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 model_response=result.value,
                 command=Command(update={"deadline_trace": [result.record]}),
             )
-        if result.status in _CUT:
+        if result.status.cut:
             return self._model_gave_up(state, result.record)
         assert result.error is not None
         raise result.error
@@ -262,7 +256,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         outcome = Outcome(
             terminal=Terminal.DEADLINE_EXCEEDED,
             step=record.name,
-            reason=_reason(record),
+            reason=record.ran_out_reason(),
             elapsed_ms=_elapsed(state),
         )
         closing: list[BaseMessage] = [*_close_pending(messages, record)]
@@ -351,7 +345,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if result.status is StepStatus.COMPLETED:
             assert result.value is not None
             return _with_trace(result.value, [*inner, result.record] if own else inner)
-        if result.status in _CUT:
+        if result.status.cut:
             if not own:
                 record_child(result.record, None)
             return self._tool_ran_out(request, plan, result.record, inner)
@@ -411,16 +405,6 @@ def _elapsed(state: Mapping[str, Any]) -> float | None:
     return round((time.time() - started) * 1000.0, 3)
 
 
-def _reason(record: StepRecord) -> str:
-    if record.status is StepStatus.SKIPPED:
-        if record.allocated_ms:
-            return f"{record.name} not started: budget {record.allocated_ms} ms below min_viable"
-        return f"{record.name} not started: no time left"
-    if record.status is StepStatus.ABANDONED:
-        return f"{record.name} overran its budget of {record.allocated_ms} ms (sync work abandoned)"
-    return f"{record.name} cancelled at its budget of {record.allocated_ms} ms"
-
-
 def _facts(record: StepRecord) -> dict[str, Any]:
     return {
         "status": str(record.status),
@@ -437,9 +421,7 @@ def _with_trace(value: ToolResult, records: list[StepRecord]) -> ToolResult:
     if isinstance(value, ToolMessage):
         return Command(update={"messages": [value], "deadline_trace": records})
     if isinstance(value, Command) and isinstance(value.update, dict):
-        update = dict(value.update)
-        update["deadline_trace"] = [*(update.get("deadline_trace") or []), *records]
-        return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
+        return cast(ToolResult, with_trace(value, records))
     return value
 
 

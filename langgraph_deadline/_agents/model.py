@@ -186,7 +186,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         if result.status is StepStatus.COMPLETED:
             return cast("T", result.value)
         err = result.error
-        if result.status in (StepStatus.TIMED_OUT, StepStatus.ABANDONED):
+        if result.status.cut:
             if isinstance(err, DeadlineExceeded):
                 raise err
             raise DeadlineExceeded(
@@ -202,7 +202,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         """A call cut by the enclosing deadline ended a hand-off before it. It raises rather
         than answers, so it waits that out: the enclosing step (a budgeted node) then sees its
         own deadline passed and ends as timed out, not as failed."""
-        if result.status not in (StepStatus.TIMED_OUT, StepStatus.ABANDONED):
+        if not result.status.cut:
             return 0.0
         if not plan.clamped or plan.deadline is None:
             return 0.0

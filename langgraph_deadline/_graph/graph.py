@@ -21,11 +21,11 @@ from .._core.context import current_deadline
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.observe import RunEvent, emit_run
-from .._core.records import Outcome, StepRecord, StepStatus, Terminal
+from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
 from .._core.validate import check_cap, check_seconds
 from .node import DRAIN_REASON, wrap_node
-from .state import deadline_from_state, deadline_input
+from .state import deadline_from_state, fresh_run_update
 
 __all__ = ["DeadlineGraph", "terminal_of", "with_deadlines"]
 
@@ -209,16 +209,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             timeout = None if settings.timeout is None else Deadline.after(settings.timeout)
             d = earliest(given, current_deadline(), timeout)
             if settings.has_fields and isinstance(input, Mapping):
-                fresh = (
-                    deadline_input(d)
-                    if d is not None
-                    else {
-                        "deadline": Overwrite(None),
-                        "deadline_outcome": None,
-                        "deadline_trace": Overwrite([]),
-                    }
-                )
-                input = {**input, **fresh}
+                input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
         run = RunTracker(deadline=d, reserve=settings.reserve)
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
         return run, input, cfg
@@ -497,11 +488,7 @@ def _note(run: RunTracker, chunk: Any, mode: Any) -> None:
 
 
 def _outcome_from(run: RunTracker, default_reason: str | None) -> Outcome:
-    ended = [
-        r
-        for r in run.records
-        if r.status in (StepStatus.SKIPPED, StepStatus.TIMED_OUT, StepStatus.ABANDONED)
-    ]
+    ended = [r for r in run.records if r.status.ran_out]
     steps = sorted({r.name for r in ended})
     step = ", ".join(steps) if steps else None
     if default_reason is None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Generic, TypeVar
 
 from langgraph.channels.binop import BinaryOperatorAggregate
-from langgraph.types import Overwrite
+from langgraph.types import Command, Overwrite
 from typing_extensions import TypedDict
 
 from .._core.clock import SYSTEM_CLOCK, Clock
@@ -23,6 +23,8 @@ __all__ = [
     "DeadlineState",
     "deadline_from_state",
     "deadline_input",
+    "fresh_run_update",
+    "with_trace",
     "merge_deadline",
     "merge_outcome",
     "merge_trace",
@@ -151,6 +153,33 @@ class DeadlineState(TypedDict, total=False):
     deadline_trace: Annotated[list[StepRecord], _TraceChannel(list, merge_trace)]
 
 
+def fresh_run_update(timestamp: float | None) -> dict[str, Any]:
+    """The one state update that starts a run: its deadline (epoch seconds, or None for none)
+    replaces the thread's previous one, and the previous run's outcome and trace are cleared."""
+    return {
+        "deadline": Overwrite(timestamp),
+        "deadline_outcome": None,
+        "deadline_trace": Overwrite([]),
+    }
+
+
+def with_trace(value: Any, records: Sequence[StepRecord]) -> Any:
+    """A node's or tool's return value with `records` appended to `deadline_trace`: a dict
+    update, a `Command` (its update), or None. Other values (a `ToolMessage`, a list) are
+    returned as they are; callers that can wrap them do so first."""
+    if not records:
+        return value
+    if value is None:
+        return {"deadline_trace": list(records)}
+    if isinstance(value, dict):
+        return {**value, "deadline_trace": [*(value.get("deadline_trace") or ()), *records]}
+    if isinstance(value, Command) and isinstance(value.update, dict | None):
+        update = dict(value.update or {})
+        update["deadline_trace"] = [*(update.get("deadline_trace") or ()), *records]
+        return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
+    return value
+
+
 def deadline_input(deadline: Deadline | float) -> dict[str, Any]:
     """The state update that starts a new run with `deadline` (a `Deadline` or seconds from now).
 
@@ -166,11 +195,7 @@ def deadline_input(deadline: Deadline | float) -> dict[str, Any]:
         if isinstance(deadline, Deadline)
         else Deadline.after(check_seconds(deadline, "deadline"))
     )
-    return {
-        "deadline": Overwrite(d.timestamp),
-        "deadline_outcome": None,
-        "deadline_trace": Overwrite([]),
-    }
+    return fresh_run_update(d.timestamp)
 
 
 def deadline_from_state(state: object, *, clock: Clock | None = None) -> Deadline | None:

@@ -21,8 +21,6 @@ DEFAULT_BUCKETS: Final = (
 )  # fmt: skip
 """Seconds: from a cache hit to a long model call."""
 
-_EXCEEDED: Final = frozenset({StepStatus.SKIPPED, StepStatus.TIMED_OUT, StepStatus.ABANDONED})
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Metrics:
@@ -83,7 +81,7 @@ class PrometheusObserver:
         rec = event.record
         m = self._metrics
         m.duration.labels(rec.name, rec.kind, rec.status.value).observe(rec.elapsed_ms / 1000.0)
-        if rec.status in _EXCEEDED:
+        if rec.status.ran_out:
             m.exceeded.labels(rec.name, rec.kind).inc()
         if rec.status is StepStatus.ABANDONED:
             m.abandoned.labels(rec.name, rec.kind).inc()

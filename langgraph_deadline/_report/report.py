@@ -27,7 +27,6 @@ __all__ = [
     "step_stats",
 ]
 
-_EXCEEDED: Final = frozenset({StepStatus.SKIPPED, StepStatus.TIMED_OUT, StepStatus.ABANDONED})
 CAP_ROUNDING_MS: Final = 10.0
 
 
@@ -234,7 +233,7 @@ def _stats(
         p99=percentile(elapsed, 99) if elapsed else None,
         budget_used=percentile(shares, 50) if shares else None,
         run_share=(sum(s / b for s, b in per_run.values()) / len(per_run)) if per_run else None,
-        exceeded_rate=sum(r.status in _EXCEEDED for r, _ in items) / len(items),
+        exceeded_rate=sum(r.status.ran_out for r, _ in items) / len(items),
         abandoned=sum(r.status is StepStatus.ABANDONED for r, _ in items),
         healthy=len(healthy),
         recommended_cap_ms=cap,

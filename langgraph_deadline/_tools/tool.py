@@ -360,9 +360,7 @@ class DeadlineTool(BaseTool):
 
 
 def _is_timeout(result: StepResult[Any]) -> bool:
-    return result.status in (StepStatus.TIMED_OUT, StepStatus.ABANDONED) or isinstance(
-        result.error, DeadlineExceeded
-    )
+    return result.status.cut or isinstance(result.error, DeadlineExceeded)
 
 
 def _is_transport(result: StepResult[Any]) -> bool:
