@@ -13,9 +13,11 @@ from ._core.deadline import Deadline, earliest
 from ._core.errors import DeadlineExceeded, ScopeFrame
 from ._core.observe import set_default_factory as _set_default_factory
 from ._core.records import Outcome, StepRecord, StepStatus, Terminal
-from ._graph.graph import DeadlineGraph, terminal_of, with_deadlines
+from ._graph.graph import DeadlineGraph
 from ._graph.node import budgeted
 from ._graph.state import DeadlineState, deadline_input
+from ._graph.terminal import terminal_of
+from ._graph.wrap import with_deadlines
 from ._instrument.defaults import default_observers as _default_observers
 from ._retry.retry import retry, stop_at_deadline, wait_within_deadline
 from ._tools.cache import InMemoryStaleCache, StaleCache, StoreStaleCache

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import weakref
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Final
@@ -34,7 +35,11 @@ _SCOPES: Final[ContextVar[tuple[ScopeFrame, ...]]] = ContextVar(
 )
 
 
-_CHAIN: Final = "_langgraph_deadline_scopes"
+# The open scopes when a cancellation left an inner scope, kept beside the exception (never set on
+# it) so that the scope which catches it can name every scope that was open, and which clamped.
+_CHAINS: Final[weakref.WeakKeyDictionary[BaseException, tuple[ScopeFrame, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def current_deadline() -> Deadline | None:
@@ -194,7 +199,7 @@ class deadline_scope:
             self._reset()
             self._unlink(exc, cancel)
         if cancel is not None and cancel.cancelled_caught:
-            chain: tuple[ScopeFrame, ...] = getattr(exc, _CHAIN, frames)
+            chain = _CHAINS.get(exc, frames) if exc is not None else frames
             d = self._frame.effective if self._frame else None
             # Name the scope whose own request set the deadline that fired, whichever caught it.
             step = next((f.name for f in chain if f.requested is d), self._name)
@@ -204,11 +209,11 @@ class deadline_scope:
                 step=step,
                 scopes=chain,
             ) from None
-        if exc is not None and not swallowed and not hasattr(exc, _CHAIN):
+        if exc is not None and not swallowed and exc not in _CHAINS:
             # A cancellation on its way to an enclosing scope: remember the full chain of open
             # scopes, so the error raised there shows the inner ones too (and which were clamped).
-            with contextlib.suppress(AttributeError):
-                setattr(exc, _CHAIN, frames)
+            with contextlib.suppress(TypeError):  # an exception that cannot be weakly referenced
+                _CHAINS[exc] = frames
 
     def _unlink(self, exc: BaseException | None, cancel: anyio.CancelScope | None) -> None:
         signal, self._signal = self._signal, None

@@ -6,12 +6,13 @@ them changes shape.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final
 
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import get_runtime
 
-__all__ = ["DRAIN_REASON", "PASSTHROUGH", "drain", "node_attempt"]
+__all__ = ["DRAIN_REASON", "PASSTHROUGH", "drain", "node_attempt", "runs_on_a_thread"]
 
 PASSTHROUGH: Final[tuple[type[BaseException], ...]] = (GraphBubbleUp,)
 """LangGraph's control-flow exceptions (interrupts, drains): a step lets them through untouched."""
@@ -39,3 +40,17 @@ def drain() -> None:
     control = getattr(_runtime(), "control", None)
     if control is not None:
         control.request_drain(DRAIN_REASON)
+
+
+def runs_on_a_thread(node: Any) -> bool:
+    """True for a function node with only a sync body: under `ainvoke` LangGraph runs it on an
+    executor thread, which a budget cannot stop (its step is `abandoned`, not `timed_out`).
+
+    LangGraph 1.2 exposes a function node's bodies as `func` / `afunc`, and gives a sync-only
+    node an `afunc` that is `functools.partial(run_in_executor, None, func)`.
+    """
+    func = getattr(node, "func", None)
+    if func is None:
+        return False
+    afunc = getattr(node, "afunc", None)
+    return afunc is None or (isinstance(afunc, functools.partial) and func in afunc.args)

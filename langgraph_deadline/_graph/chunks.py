@@ -1,0 +1,46 @@
+"""What a run's input and stream say about it: a deadline given in the input, the latest full
+state seen in the stream (for a run that must end early), an interrupt."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.types import Command, Overwrite
+
+from .._core.deadline import Deadline
+from .._core.tracker import RunTracker
+from .state import deadline_from_state
+
+__all__ = ["deadline_given", "note_chunk"]
+
+
+def deadline_given(input: Any) -> Deadline | None:
+    """The deadline a run's input (a state update, or a `Command`'s update) sets, if any."""
+    update = input.update if isinstance(input, Command) else input
+    if not isinstance(update, Mapping):
+        return None
+    value = update.get("deadline")
+    if isinstance(value, Overwrite):
+        value = value.value
+    return deadline_from_state({"deadline": value})
+
+
+def note_chunk(run: RunTracker, chunk: Any, mode: Any) -> None:
+    """Keep the latest full state seen in the stream, for a run that must end early."""
+    last = chunk[-1] if isinstance(chunk, tuple) and chunk else chunk
+    if isinstance(last, dict) and "__interrupt__" in last:
+        run.interrupted = True
+    if mode == "values":
+        if isinstance(chunk, dict) and chunk.get("type") == "values" and "data" in chunk:
+            if not chunk.get("ns"):
+                run.latest = chunk["data"]
+        else:
+            run.latest = chunk
+    elif isinstance(chunk, tuple):
+        if len(chunk) == 2 and chunk[0] == "values":
+            run.latest = chunk[1]
+        elif len(chunk) == 3 and chunk[1] == "values" and not chunk[0]:
+            run.latest = chunk[2]
+    elif isinstance(chunk, dict) and chunk.get("type") == "values" and not chunk.get("ns"):
+        run.latest = chunk.get("data")

@@ -1,0 +1,32 @@
+"""The options of the LangGraph layer as values: one frozen type per concern, checked once."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["GraphSettings", "NodeSettings"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSettings:
+    """One node's budget: `min(cap, remaining - reserve)`, not started below `min_viable`.
+
+    `reserve` None holds back the run's reserve; `retry` is the node's LangGraph `RetryPolicy`
+    (one, a sequence, or None), so that a retry whose backoff cannot fit is not waited for.
+    """
+
+    cap: float | None = None
+    min_viable: float = 0.0
+    reserve: float | None = None
+    retry: Any = None  # RetryPolicy | Sequence[RetryPolicy] | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GraphSettings:
+    """A `with_deadlines` graph's run options; `has_fields` when its state has the deadline
+    fields (the outcome is returned in state, not raised)."""
+
+    timeout: float | None = None
+    reserve: float = 0.0
+    has_fields: bool = False

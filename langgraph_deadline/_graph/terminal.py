@@ -1,0 +1,116 @@
+"""How a run ended: its `Outcome` from what it returned or raised, told to the observers once."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.errors import GraphRecursionError, NodeTimeoutError
+
+from .._core.deadline import Deadline
+from .._core.errors import DeadlineExceeded
+from .._core.observe import RunEvent, emit_run
+from .._core.records import Outcome, Terminal
+from .._core.tracker import RunTracker
+
+__all__ = [
+    "emit_run_outcome",
+    "exceeded",
+    "final_outcome",
+    "outcome_from",
+    "raised",
+    "terminal_of",
+]
+
+
+def raised(exc: BaseException) -> Outcome:
+    """The outcome of a run that ended by raising (or whose consumer gave up)."""
+    terminal = Terminal.CANCELLED if isinstance(exc, GeneratorExit) else terminal_of(exc)
+    return Outcome(terminal=terminal or Terminal.FAILED, reason=type(exc).__name__)
+
+
+def exceeded(outcome: Outcome, deadline: Deadline | None, state: Any) -> DeadlineExceeded:
+    """What a graph without deadline fields raises: the outcome, and the partial state."""
+    return DeadlineExceeded(
+        outcome.reason, deadline=deadline, step=outcome.step, outcome=outcome, state=state
+    )
+
+
+def final_outcome(run: RunTracker, state: Any) -> Outcome | None:
+    """The outcome of a run that returned normally: the one in its state, else completed
+    (None while it is paused on an interrupt)."""
+    if isinstance(state, Mapping) and isinstance(state.get("deadline_outcome"), Outcome):
+        found: Outcome = state["deadline_outcome"]
+        return found
+    if run.outcome is not None:
+        return run.outcome
+    if run.interrupted:
+        return None
+    elapsed = round((run.clock_now() - run.started) * 1000.0, 3)
+    return Outcome(terminal=Terminal.COMPLETED, elapsed_ms=elapsed)
+
+
+def outcome_from(run: RunTracker, default_reason: str | None) -> Outcome:
+    """A `deadline_exceeded` outcome naming the steps of this run that ran out."""
+    steps = sorted({r.name for r in run.records if r.status.ran_out})
+    step = ", ".join(steps) if steps else None
+    if default_reason is None:
+        default_reason = f"{step} ran out of budget" if step else "the deadline passed"
+    elapsed = (run.clock_now() - run.started) * 1000.0
+    return Outcome(
+        terminal=Terminal.DEADLINE_EXCEEDED,
+        step=step,
+        reason=default_reason,
+        elapsed_ms=round(elapsed, 3),
+    )
+
+
+def emit_run_outcome(run: RunTracker, outcome: Outcome | None) -> None:
+    """Tell the observers how the run ended, once."""
+    if outcome is None or run.emitted:
+        return
+    run.emitted = True
+    emit_run(
+        RunEvent(
+            outcome=outcome,
+            run_id=run.run_id,
+            started_at=run.started_at,
+            deadline_at=run.deadline.timestamp if run.deadline else None,
+            reserve_s=run.reserve,
+        )
+    )
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    if isinstance(exc, asyncio.CancelledError):
+        return True
+    trio = sys.modules.get("trio")  # trio's Cancelled, when trio runs this (never imported here)
+    return trio is not None and isinstance(exc, trio.Cancelled)
+
+
+def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal | None:
+    """The `Terminal` of a run, from what `invoke` returned or the exception it raised.
+
+    `DeadlineExceeded`, any other `TimeoutError` (LangGraph's `step_timeout`) and LangGraph's
+    `NodeTimeoutError` → `DEADLINE_EXCEEDED`; a cancellation → `CANCELLED`; LangGraph's
+    recursion limit → `STEP_LIMIT`; any other exception → `FAILED`; a returned state → its
+    `deadline_outcome`, or `COMPLETED`. A state paused on an interrupt has not ended: `None`.
+    """
+    if result is None:
+        return Terminal.COMPLETED
+    if isinstance(result, DeadlineExceeded):
+        return result.outcome.terminal
+    if isinstance(result, NodeTimeoutError | TimeoutError):
+        return Terminal.DEADLINE_EXCEEDED
+    if isinstance(result, BaseException):
+        if _is_cancellation(result):
+            return Terminal.CANCELLED
+        if isinstance(result, GraphRecursionError):
+            return Terminal.STEP_LIMIT
+        return Terminal.FAILED
+    outcome = result.get("deadline_outcome")
+    if isinstance(outcome, Outcome):
+        return outcome.terminal
+    return None if "__interrupt__" in result else Terminal.COMPLETED

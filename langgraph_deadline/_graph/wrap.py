@@ -1,0 +1,126 @@
+"""`with_deadlines`: put one deadline on every run of an existing graph."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.graph import StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from .._core.validate import check_cap, check_seconds
+from .graph import DeadlineGraph
+from .node import is_budgeted, wrap_node
+from .settings import GraphSettings, NodeSettings
+
+__all__ = ["with_deadlines"]
+
+
+def with_deadlines(
+    graph: StateGraph[Any, Any, Any, Any] | CompiledStateGraph[Any, Any, Any, Any],
+    *,
+    timeout: float | None = None,
+    caps: Mapping[str, float | None] | None = None,
+    min_viable: Mapping[str, float] | None = None,
+    reserve: float = 0.0,
+    default_cap: float | None = None,
+    checkpointer: Any = None,
+    store: Any = None,
+) -> DeadlineGraph:
+    """Compile `graph` (a `StateGraph` builder or a compiled graph, left untouched) with every
+    node budgeted and one deadline per run.
+
+    Each run's deadline is the earliest of: the input's `deadline`, the deadline in context
+    (`deadline_scope` around the call) and `timeout` seconds from the call. Resuming a run
+    (`None` or a `Command` as input) keeps the checkpointed deadline; a `Command(update=
+    deadline_input(s))` grants a new one. `ainvoke` also cancels the whole run at the deadline.
+
+    How the caller learns the terminal:
+    - state with `DeadlineState` fields: the returned state's `deadline_outcome`
+      (`COMPLETED` when the run finished; when it ended early, the checkpoint has it too);
+    - state without them: `DeadlineExceeded` is raised, with `.outcome` and the partial `.state`.
+    Recursion limits, failures and cancellation raise as LangGraph raises them (`terminal_of`).
+
+    Raises:
+        ValueError: a name in `caps` or `min_viable` is not a node; a bad number.
+        TypeError: `graph` is not a `StateGraph` or a compiled one.
+    """
+    timeout_s = check_cap(timeout, "timeout")
+    reserve_s = check_seconds(reserve, "reserve")
+    default_cap_s = check_cap(default_cap, "default_cap")
+    caps = dict(caps or {})
+    mins = dict(min_viable or {})
+
+    compile_kwargs: dict[str, Any] = {}
+    if isinstance(graph, CompiledStateGraph):
+        builder = graph.builder
+        compile_kwargs = {
+            "checkpointer": graph.checkpointer,
+            "store": graph.store,
+            "cache": graph.cache,
+            "interrupt_before": graph.interrupt_before_nodes or None,
+            "interrupt_after": graph.interrupt_after_nodes or None,
+            "debug": graph.debug,
+            "name": graph.name,
+        }
+    elif isinstance(graph, StateGraph):
+        builder = graph
+    else:
+        raise TypeError(
+            f"with_deadlines() needs a StateGraph or a compiled graph, got {type(graph).__name__}"
+        )
+    if checkpointer is not None:
+        compile_kwargs["checkpointer"] = checkpointer
+    if store is not None:
+        compile_kwargs["store"] = store
+
+    for table, label in ((caps, "caps"), (mins, "min_viable")):
+        unknown = sorted(set(table) - set(builder.nodes))
+        if unknown:
+            raise ValueError(
+                f"{label} names unknown nodes {unknown}; nodes are {sorted(builder.nodes)}"
+            )
+    for node, value in caps.items():
+        caps[node] = check_cap(value, f"caps[{node!r}]")
+    for node, value in mins.items():
+        mins[node] = check_seconds(value, f"min_viable[{node!r}]")
+
+    wrapped = copy.copy(builder)
+    wrapped.nodes = {
+        name: spec
+        if spec.is_error_handler
+        else dataclasses.replace(
+            spec,
+            runnable=_budget_node(
+                spec.runnable,
+                name,
+                NodeSettings(
+                    cap=caps.get(name, default_cap_s),
+                    min_viable=mins.get(name, 0.0),
+                    retry=spec.retry_policy,
+                ),
+                explicit=name in caps or name in mins,
+            ),
+        )
+        for name, spec in builder.nodes.items()
+    }
+    compiled = wrapped.compile(**compile_kwargs)
+    has_fields = {"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels)
+    settings = GraphSettings(timeout=timeout_s, reserve=reserve_s, has_fields=has_fields)
+    return DeadlineGraph.of(compiled, settings)
+
+
+def _budget_node(runnable: Any, name: str, settings: NodeSettings, *, explicit: bool) -> Any:
+    """Budget one node, keeping both of its bodies (sync and async); a node the user already
+    `budgeted` keeps its own budget."""
+    own = (getattr(runnable, "func", None), getattr(runnable, "afunc", None))
+    if is_budgeted(runnable) or any(is_budgeted(body) for body in own if body is not None):
+        if explicit:
+            raise ValueError(
+                f"node {name!r} is already wrapped with budgeted(): give its cap and min_viable "
+                "there, not in with_deadlines(caps=..., min_viable=...)"
+            )
+        return runnable
+    return wrap_node(runnable, settings, name)

@@ -1,0 +1,147 @@
+"""The LangGraph behaviours this library relies on where LangGraph has no documented seam.
+
+Each test names what we rely on; when LangGraph changes it, the test fails here first, with a
+clear message, instead of a subtle deadline bug somewhere else.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphDrained, GraphInterrupt
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import ToolNode
+from langgraph.types import RetryPolicy
+from typing_extensions import TypedDict
+
+from langgraph_deadline import DeadlineGraph, DeadlineState, with_deadlines
+from langgraph_deadline._graph.seams import (
+    DRAIN_REASON,
+    PASSTHROUGH,
+    drain,
+    node_attempt,
+    runs_on_a_thread,
+)
+from langgraph_deadline._graph.settings import GraphSettings
+
+
+class State(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _two_nodes() -> StateGraph[Any, Any, Any, Any]:
+    b = StateGraph(State)
+    b.add_node("a", lambda s: {"log": ["a"]})
+    b.add_node("b", lambda s: {"log": ["b"]})
+    b.add_edge(START, "a")
+    b.add_edge("a", "b")
+    b.add_edge("b", END)
+    return b
+
+
+def test_a_deadline_graph_is_built_the_way_pregel_copy_builds_a_graph() -> None:
+    compiled = _two_nodes().compile(checkpointer=InMemorySaver(), name="two")
+    settings = GraphSettings(timeout=1.0, reserve=0.1, has_fields=False)
+    ours = DeadlineGraph.of(compiled, settings)
+
+    assert isinstance(ours, DeadlineGraph)
+    assert ours.deadline_settings == settings
+    for key in ("builder", "nodes", "channels", "checkpointer", "name", "stream_mode"):
+        assert getattr(ours, key) == getattr(compiled, key), key
+    assert (ours.input_channels, ours.output_channels) == (
+        compiled.input_channels,
+        compiled.output_channels,
+    )
+    # LangGraph's own copies (with_config, copy) keep the class and the settings.
+    configured = ours.with_config(recursion_limit=7)
+    assert isinstance(configured, DeadlineGraph)
+    assert configured.deadline_settings == settings
+    assert configured.config is not None
+    assert configured.config["recursion_limit"] == 7
+
+
+def test_sync_function_nodes_run_on_a_thread_under_ainvoke() -> None:
+    def sync_node(state: State) -> dict[str, Any]:
+        return {}
+
+    async def async_node(state: State) -> dict[str, Any]:
+        return {}
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    b = StateGraph(State)
+    b.add_node("sync", sync_node)
+    b.add_node("async", async_node)
+    b.add_node("tools", ToolNode([echo]))  # a node with both a sync and an async body
+    assert runs_on_a_thread(b.nodes["sync"].runnable)
+    assert not runs_on_a_thread(b.nodes["async"].runnable)
+    assert not runs_on_a_thread(b.nodes["tools"].runnable)
+
+
+def test_interrupts_are_control_flow_that_steps_pass_through() -> None:
+    assert issubclass(GraphInterrupt, PASSTHROUGH)
+    assert issubclass(GraphDrained, PASSTHROUGH)
+
+
+def test_a_drain_stops_the_run_before_the_next_node() -> None:
+    b = StateGraph(State)
+
+    def first(state: State) -> dict[str, Any]:
+        drain()
+        return {"log": ["first"]}
+
+    b.add_node("first", first)
+    b.add_node("second", lambda s: {"log": ["second"]})
+    b.add_edge(START, "first")
+    b.add_edge("first", "second")
+    b.add_edge("second", END)
+    with pytest.raises(GraphDrained) as caught:
+        b.compile().invoke({"log": []})
+    assert caught.value.reason == DRAIN_REASON
+
+
+def test_node_attempt_counts_langgraph_retries() -> None:
+    seen: list[int] = []
+
+    def flaky(state: State) -> dict[str, Any]:
+        seen.append(node_attempt())
+        if len(seen) < 2:
+            raise ConnectionError("first attempt fails")
+        return {"log": ["ok"]}
+
+    b = StateGraph(State)
+    b.add_node("flaky", flaky, retry_policy=RetryPolicy(initial_interval=0.01, jitter=False))
+    b.add_edge(START, "flaky")
+    b.add_edge("flaky", END)
+    b.compile().invoke({"log": []})
+    assert seen == [1, 2]
+    assert node_attempt() == 1  # outside a run
+
+
+class _Chat(DeadlineState):
+    messages: Annotated[list[Any], operator.add]
+
+
+def test_sub_graphs_inside_budgeted_nodes_are_still_found() -> None:
+    inner = StateGraph(_Chat)
+    inner.add_node("say", lambda s: {"messages": [AIMessage("hi")]})
+    inner.add_edge(START, "say")
+    sub = inner.compile()
+
+    outer = StateGraph(_Chat)
+    outer.add_node("sub", sub)
+    outer.add_edge(START, "sub")
+    bare = outer.compile(checkpointer=InMemorySaver())
+    wrapped = with_deadlines(bare, timeout=5.0)
+    assert [name for name, _ in wrapped.get_subgraphs()] == [
+        name for name, _ in bare.get_subgraphs()
+    ]
+    assert [name for name, _ in wrapped.get_subgraphs()] == ["sub"]
