@@ -7,6 +7,7 @@ across layers fails here too.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,16 @@ def test_no_module_is_over_400_lines_and_long_ones_say_why() -> None:
 def test_every_layer_is_listed() -> None:
     layers = {p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert layers == set(ALLOWED)
+
+
+def test_the_architecture_page_draws_these_rules() -> None:
+    page = (PKG.parent / "docs" / "architecture.md").read_text()
+    rows = [line.split("|")[1:-1] for line in page.splitlines() if line.startswith("| `")]
+    documented = {
+        cells[0].strip().strip("`"): {
+            *re.findall(r"`([\w.]+)`", cells[-1]),
+            *(["_public"] if "public modules" in cells[-1] else []),
+        }
+        for cells in rows
+    }
+    assert documented == ALLOWED
