@@ -17,7 +17,8 @@ from ._graph.graph import DeadlineGraph, terminal_of, with_deadlines
 from ._graph.node import budgeted
 from ._graph.state import DeadlineState, deadline_input
 from ._instrument.defaults import default_observers as _default_observers
-from ._retry.retry import retry, stop_at_deadline, wait_within_deadline
+from ._retry.retry import retry
+from ._retry.tenacity import stop_at_deadline, wait_within_deadline
 from ._tools.cache import InMemoryStaleCache, StaleCache, StoreStaleCache
 from ._tools.tool import DeadlineTool, ToolTimeout, deadline_tool, deadline_tools, timeout_message
 
