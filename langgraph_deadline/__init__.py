@@ -19,7 +19,8 @@ from ._graph.state import DeadlineState, deadline_input
 from ._graph.terminal import terminal_of
 from ._graph.wrap import with_deadlines
 from ._instrument.defaults import default_observers as _default_observers
-from ._retry.retry import retry, stop_at_deadline, wait_within_deadline
+from ._retry.retry import retry
+from ._retry.tenacity import stop_at_deadline, wait_within_deadline
 from ._tools.cache import InMemoryStaleCache, StaleCache, StoreStaleCache
 from ._tools.tool import DeadlineTool, ToolTimeout, deadline_tool, deadline_tools, timeout_message
 
