@@ -15,7 +15,7 @@ from .._core.record import record_child
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
 from .._graph.state import deadline_from_state, with_trace
-from .._tools.messages import ToolTimeout, answer, timeout_message, tool_facts
+from .._tools.messages import answer, timeout_message, timeout_of, tool_facts
 from .._tools.tool import DeadlineTool
 from .settings import MiddlewareSettings
 
@@ -66,7 +66,7 @@ def ran_out(
     """The answer of a call that ran out: `timeout_message` for the model, with the facts."""
     call = request.tool_call
     message = answer(
-        timeout_message(ToolTimeout.of(call["name"], plan, record)),
+        timeout_message(timeout_of(call["name"], plan, record)),
         call_id=cast(str, call["id"]),  # ToolNode runs tool calls that have an id
         tool=call["name"],
         facts=tool_facts(record.status, record=record),

@@ -12,10 +12,15 @@ from langchain_core.messages import ToolMessage
 from .._core.plan import Plan
 from .._core.records import StepRecord, StepStatus
 
-__all__ = ["Message", "ToolTimeout", "answer", "render", "timeout_message", "tool_facts"]
-
-Message = Callable[["ToolTimeout"], str] | str | None
-"""A tool's own timeout text: a format string, a function of `ToolTimeout`, or None (default)."""
+__all__ = [
+    "Message",
+    "ToolTimeout",
+    "answer",
+    "render",
+    "timeout_message",
+    "timeout_of",
+    "tool_facts",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -29,20 +34,24 @@ class ToolTimeout:
     remaining_s: float | None
     min_viable_s: float
 
-    @classmethod
-    def of(
-        cls, tool: str, plan: Plan, record: StepRecord, *, status: StepStatus | None = None
-    ) -> ToolTimeout:
-        """The facts of a planned call that ran out: its budget and what was left from `plan`,
-        its time from `record`, its status from `record` unless given."""
-        return cls(
-            tool=tool,
-            status=record.status if status is None else status,
-            budget_s=plan.budget,
-            elapsed_s=record.elapsed_ms / 1000.0,
-            remaining_s=plan.remaining,
-            min_viable_s=plan.min_viable,
-        )
+
+Message = Callable[[ToolTimeout], str] | str | None
+"""A tool's own timeout text: a format string, a function of `ToolTimeout`, or None (default)."""
+
+
+def timeout_of(
+    tool: str, plan: Plan, record: StepRecord, *, status: StepStatus | None = None
+) -> ToolTimeout:
+    """The facts of a planned call that ran out: its budget and what was left from `plan`, its
+    time from `record`, its status from `record` unless given."""
+    return ToolTimeout(
+        tool=tool,
+        status=record.status if status is None else status,
+        budget_s=plan.budget,
+        elapsed_s=record.elapsed_ms / 1000.0,
+        remaining_s=plan.remaining,
+        min_viable_s=plan.min_viable,
+    )
 
 
 def timeout_message(info: ToolTimeout) -> str:

@@ -21,7 +21,7 @@ from .._graph.seams import PASSTHROUGH
 from .._retry.retry import RetryOn
 from . import policy, stale
 from .cache import StaleCache
-from .messages import Message, ToolTimeout, answer, render, tool_facts
+from .messages import Message, answer, render, timeout_of, tool_facts
 from .options import ToolOptions
 
 __all__ = ["DeadlineTool"]
@@ -229,7 +229,7 @@ class DeadlineTool(BaseTool):
         record_child(rec, run)
         if error is not None:
             raise error
-        text = render(self.options.message, ToolTimeout.of(self.name, plan, rec, status=status))
+        text = render(self.options.message, timeout_of(self.name, plan, rec, status=status))
         if call_id is None:
             return text
         facts = tool_facts(status, record=rec)

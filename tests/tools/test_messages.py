@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langgraph_deadline import StepRecord, StepStatus, ToolTimeout, timeout_message
 from langgraph_deadline._core.plan import plan_step
-from langgraph_deadline._tools.messages import answer, render, tool_facts
+from langgraph_deadline._tools.messages import answer, render, timeout_of, tool_facts
 
 
 def _info(status: StepStatus, **changes: object) -> ToolTimeout:
@@ -71,10 +71,10 @@ def test_the_facts_of_a_call_are_built_from_its_record() -> None:
 def test_the_facts_of_a_planned_call_come_from_its_plan_and_record() -> None:
     plan = plan_step("search", "tool", cap=2.0, min_viable=0.5)
     record = plan.record(StepStatus.ABANDONED)
-    info = ToolTimeout.of("search", plan, record)
+    info = timeout_of("search", plan, record)
     assert (info.status, info.budget_s, info.min_viable_s) == (StepStatus.ABANDONED, 2.0, 0.5)
     assert info.remaining_s is None  # no deadline in force
-    assert ToolTimeout.of("search", plan, record, status=StepStatus.TIMED_OUT).status == "timed_out"
+    assert timeout_of("search", plan, record, status=StepStatus.TIMED_OUT).status == "timed_out"
 
 
 def test_the_answer_carries_the_facts_for_the_tool_call() -> None:
