@@ -22,7 +22,9 @@ from ._instrument.defaults import default_observers as _default_observers
 from ._retry.retry import retry
 from ._retry.tenacity import stop_at_deadline, wait_within_deadline
 from ._tools.cache import InMemoryStaleCache, StaleCache, StoreStaleCache
-from ._tools.tool import DeadlineTool, ToolTimeout, deadline_tool, deadline_tools, timeout_message
+from ._tools.make import deadline_tool, deadline_tools
+from ._tools.messages import ToolTimeout, timeout_message
+from ._tools.tool import DeadlineTool
 
 __all__ = [
     "BudgetedModel",

@@ -16,7 +16,8 @@ out["deadline_outcome"].terminal   # Terminal.COMPLETED or Terminal.DEADLINE_EXC
 Needs the `langchain` package (`create_agent` lives there); `budgeted_model` does not.
 """
 
-from ._agents.middleware import DeadlineAgentState, DeadlineMiddleware
+from ._agents.middleware import DeadlineMiddleware
 from ._agents.model import BudgetedModel, budgeted_model
+from ._agents.run import DeadlineAgentState
 
 __all__ = ["BudgetedModel", "DeadlineAgentState", "DeadlineMiddleware", "budgeted_model"]

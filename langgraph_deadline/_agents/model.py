@@ -1,4 +1,4 @@
-"""Model calls under the deadline: `budgeted_model`, and what the agent middleware shares with it.
+"""Model calls inside a graph node under the deadline in context: `budgeted_model`.
 
 A model call is a step of kind `"model"`: its budget is `min(cap, remaining - reserve)`, it does
 not start below `min_viable` (no request, no tokens), and it is cancelled at its budget, which in
@@ -10,21 +10,16 @@ them a callback stops a token stream at its first chunk past the deadline.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar, cast
 
 import anyio
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
-from langchain_core.runnables.config import merge_configs, var_child_runnable_config
 
-from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
-from .._core.observe import TokensEvent, emit_tokens
 from .._core.plan import Plan, plan_step
 from .._core.record import record_child
 from .._core.records import StepStatus
@@ -32,104 +27,30 @@ from .._core.run import StepResult, run_async, run_sync
 from .._core.tracker import run_from_config
 from .._core.validate import check_cap, check_seconds
 from .._graph.seams import PASSTHROUGH
+from .provider import provider_options
+from .stream import stop_stream_config
 
-__all__ = ["BudgetedModel", "budgeted_model", "provider_options", "stop_stream_at"]
+__all__ = ["BudgetedModel", "ModelLimits", "budgeted_model"]
 
 T = TypeVar("T")
 
-_TIMEOUT_MODULES = ("langchain_openai.",)
-"""Model classes whose per-call `timeout` keyword reaches their SDK as a request timeout
-(checked against the OpenAI SDK: `create(timeout=...)`, shown in `x-stainless-read-timeout`)."""
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ModelLimits:
+    """What one budgeted model may take of the deadline: at most `cap`, never less than
+    `min_viable`; `name` is its steps' name. Checked when made.
 
-def _takes_timeout(model: object) -> bool:
-    target = getattr(model, "bound", model)  # a RunnableBinding (bind_tools) wraps the model
-    return any(cls.__module__.startswith(_TIMEOUT_MODULES) for cls in type(target).__mro__[:-1])
-
-
-def provider_options(
-    model: object,
-    budget: float | None,
-    *,
-    tokens_per_second: float | None = None,
-    max_tokens: int | None = None,
-) -> dict[str, Any]:
-    """Keyword arguments that tell the provider about a call's budget.
-
-    `timeout=budget` for models known to pass it to their SDK (LangChain's OpenAI family);
-    with `tokens_per_second`, `max_tokens` clamped to what the budget can stream (never above
-    `max_tokens`, the limit already set). Nothing without a budget.
+    Raises:
+        TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0.
     """
-    options: dict[str, Any] = {}
-    if budget is None:
-        return options
-    if _takes_timeout(model):
-        options["timeout"] = max(budget, 0.001)  # 0 means "no timeout" to some clients
-    if tokens_per_second is not None:
-        fits = max(1, int(budget * tokens_per_second))
-        options["max_tokens"] = fits if max_tokens is None else min(fits, max_tokens)
-    return options
 
-
-# -- sync token streams ---------------------------------------------------------------------------
-
-
-class _StopStream(BaseCallbackHandler):
-    """Raises `DeadlineExceeded` from the first token that arrives after the deadline, which
-    ends the provider's stream loop and closes its response (the connection drops). That token
-    is reported to the observers (`on_tokens_after_deadline`)."""
-
-    raise_error = True
-    run_inline = True
-
-    def __init__(self, deadline: Deadline, step: str) -> None:
-        self.deadline = deadline
-        self.step = step
-
-    def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
-        if self.deadline.expired:
-            emit_tokens(TokensEvent(step=self.step, tokens=1))
-            raise DeadlineExceeded(
-                f"deadline exceeded in {self.step}: stream stopped",
-                deadline=self.deadline,
-                step=self.step,
-            )
-
-
-def stop_stream_config(
-    config: RunnableConfig | None, deadline: Deadline | None, step: str
-) -> RunnableConfig:
-    """`config` plus a callback that stops a token stream at its first chunk past `deadline`."""
-    cfg = ensure_config(config)
-    if deadline is None:
-        return cfg
-    return merge_configs(cfg, {"callbacks": [_StopStream(deadline, step)]})
-
-
-@contextlib.contextmanager
-def stop_stream_at(deadline: Deadline | None, step: str) -> Iterator[None]:
-    """For sync code that calls a model without passing a config (LangChain's agent loop):
-    the runnable config in context gets the stream-stopping callback for the block."""
-    if deadline is None:
-        yield
-        return
-    token = var_child_runnable_config.set(
-        stop_stream_config(var_child_runnable_config.get(), deadline, step)
-    )
-    try:
-        yield
-    finally:
-        var_child_runnable_config.reset(token)
-
-
-# -- budgeted_model -------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Limits:
-    cap: float | None
-    min_viable: float
     name: str
+    cap: float | None = None
+    min_viable: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cap", check_cap(self.cap, "cap"))
+        object.__setattr__(self, "min_viable", check_seconds(self.min_viable, "min_viable"))
 
 
 class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
@@ -137,7 +58,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
     context. Made by `budgeted_model`; use it like the model it wraps (`invoke`, `ainvoke`,
     `bind_tools`)."""
 
-    def __init__(self, model: Runnable[LanguageModelInput, T], limits: _Limits) -> None:
+    def __init__(self, model: Runnable[LanguageModelInput, T], limits: ModelLimits) -> None:
         self.model = model
         self._limits = limits
 
@@ -283,17 +204,5 @@ def budgeted_model(
         model = model.model
     if not isinstance(model, Runnable):
         raise TypeError(f"budgeted_model() needs a chat model, got {type(model).__name__}")
-    limits = _Limits(
-        cap=check_cap(cap, "cap"),
-        min_viable=check_seconds(min_viable, "min_viable"),
-        name=name or model.get_name(),
-    )
+    limits = ModelLimits(cap=cap, min_viable=min_viable, name=name or model.get_name())
     return BudgetedModel(cast("Runnable[LanguageModelInput, Any]", model), limits)
-
-
-def settings_max_tokens(model: object, settings: Mapping[str, Any]) -> int | None:
-    """The output-token limit already in force for a call: its settings', else the model's."""
-    for value in (settings.get("max_tokens"), getattr(model, "max_tokens", None)):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None

@@ -22,6 +22,7 @@ from langgraph_deadline import (
     deadline_scope,
     with_deadlines,
 )
+from langgraph_deadline._agents.model import ModelLimits
 from langgraph_deadline.agents import budgeted_model
 from langgraph_deadline.testing._openai_server import ChatReply, FakeOpenAIServer
 from langgraph_deadline.testing._quiet import assert_nothing_sent_after, await_nothing_sent_after
@@ -134,6 +135,16 @@ def test_bad_arguments_get_clear_errors() -> None:
         budgeted_model(ChatOpenAI(api_key=SecretStr("test")), cap=-1)
     with pytest.raises(TypeError, match="chat model"):
         budgeted_model("gpt-4o")  # type: ignore[arg-type]
+
+
+def test_a_models_limits_are_checked_when_made_and_read_back() -> None:
+    assert ModelLimits(name="m", cap=2, min_viable=1) == ModelLimits(
+        name="m", cap=2.0, min_viable=1.0
+    )
+    with pytest.raises(TypeError, match="min_viable"):
+        ModelLimits(name="m", min_viable="1")  # type: ignore[arg-type]
+    llm = budgeted_model(ChatOpenAI(api_key=SecretStr("test")), cap=4, min_viable=1)
+    assert (llm.cap, llm.min_viable) == (4.0, 1.0)
 
 
 @pytest.mark.anyio

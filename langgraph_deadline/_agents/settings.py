@@ -1,0 +1,63 @@
+"""`MiddlewareSettings`: what `DeadlineMiddleware` was told, checked once, kept as one value."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping
+
+from .._core.validate import check_cap, check_seconds
+
+__all__ = ["MiddlewareSettings"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MiddlewareSettings:
+    """The run's `timeout` and `reserve`, the caps of model and tool calls, the least time a
+    model call needs (`model_min_viable`) and the model's `tokens_per_second`, if known. Checked
+    when made; `tool_caps` is kept read-only. See `DeadlineMiddleware`.
+
+    Raises:
+        TypeError, ValueError: a time is not a finite number >= 0, or `tokens_per_second` <= 0.
+    """
+
+    timeout: float | None = None
+    reserve: float = 0.0
+    tool_caps: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
+    default_tool_cap: float | None = None
+    model_cap: float | None = None
+    model_min_viable: float = 0.0
+    tokens_per_second: float | None = None
+
+    def __post_init__(self) -> None:
+        checked = {  # in the order of the arguments: the first mistake is the one reported
+            "timeout": check_cap(self.timeout, "timeout"),
+            "reserve": check_seconds(self.reserve, "reserve"),
+            "tool_caps": types.MappingProxyType(
+                {
+                    name: check_cap(cap, f"tool_caps[{name!r}]")
+                    for name, cap in self.tool_caps.items()
+                }
+            ),
+            "default_tool_cap": check_cap(self.default_tool_cap, "default_tool_cap"),
+            "model_cap": check_cap(self.model_cap, "model_cap"),
+            "model_min_viable": check_seconds(self.model_min_viable, "model_min_viable"),
+            "tokens_per_second": _check_rate(self.tokens_per_second),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    def tool_cap(self, name: str) -> float | None:
+        """The cap of tool `name`: its own in `tool_caps`, else `default_tool_cap`."""
+        return self.tool_caps.get(name, self.default_tool_cap)
+
+
+def _check_rate(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"tokens_per_second must be a number, got {type(value).__name__}")
+    rate = float(value)
+    if not (rate > 0 and rate != float("inf")):
+        raise ValueError(f"tokens_per_second must be a finite number > 0, got {value!r}")
+    return rate

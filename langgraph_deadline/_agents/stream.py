@@ -1,0 +1,66 @@
+"""Stopping a sync token stream at its first chunk past the deadline: a worker thread cannot be
+killed, but a callback that raises from `on_llm_new_token` ends the provider's stream loop."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables import RunnableConfig, ensure_config
+from langchain_core.runnables.config import merge_configs, var_child_runnable_config
+
+from .._core.deadline import Deadline
+from .._core.errors import DeadlineExceeded
+from .._core.observe import TokensEvent, emit_tokens
+
+__all__ = ["stop_stream_at", "stop_stream_config"]
+
+
+class _StopStream(BaseCallbackHandler):
+    """Raises `DeadlineExceeded` from the first token that arrives after the deadline, which
+    ends the provider's stream loop and closes its response (the connection drops). That token
+    is reported to the observers (`on_tokens_after_deadline`)."""
+
+    raise_error = True
+    run_inline = True
+
+    def __init__(self, deadline: Deadline, step: str) -> None:
+        self.deadline = deadline
+        self.step = step
+
+    def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
+        if self.deadline.expired:
+            emit_tokens(TokensEvent(step=self.step, tokens=1))
+            raise DeadlineExceeded(
+                f"deadline exceeded in {self.step}: stream stopped",
+                deadline=self.deadline,
+                step=self.step,
+            )
+
+
+def stop_stream_config(
+    config: RunnableConfig | None, deadline: Deadline | None, step: str
+) -> RunnableConfig:
+    """`config` plus a callback that stops a token stream at its first chunk past `deadline`."""
+    cfg = ensure_config(config)
+    if deadline is None:
+        return cfg
+    return merge_configs(cfg, {"callbacks": [_StopStream(deadline, step)]})
+
+
+@contextlib.contextmanager
+def stop_stream_at(deadline: Deadline | None, step: str) -> Iterator[None]:
+    """For sync code that calls a model without passing a config (LangChain's agent loop):
+    the runnable config in context gets the stream-stopping callback for the block."""
+    if deadline is None:
+        yield
+        return
+    token = var_child_runnable_config.set(
+        stop_stream_config(var_child_runnable_config.get(), deadline, step)
+    )
+    try:
+        yield
+    finally:
+        var_child_runnable_config.reset(token)

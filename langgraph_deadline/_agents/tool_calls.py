@@ -1,0 +1,85 @@
+"""The tool-call part of `DeadlineMiddleware`: a call's budget, and what a call that completed
+or ran out turns into (its records in `deadline_trace`; a timeout message for the model)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from langchain.agents.middleware import ToolCallRequest
+from langchain_core.messages import ToolMessage
+from langgraph.types import Command
+
+from .._core.plan import Plan, plan_step
+from .._core.record import record_child
+from .._core.records import StepRecord, StepStatus
+from .._core.run import StepResult
+from .._graph.state import deadline_from_state, with_trace
+from .._tools.messages import answer, timeout_message, timeout_of, tool_facts
+from .._tools.tool import DeadlineTool
+from .settings import MiddlewareSettings
+
+__all__ = ["ToolResult", "ran_out", "tool_plan", "tool_result"]
+
+ToolResult = ToolMessage | Command[Any]
+
+
+def tool_plan(settings: MiddlewareSettings, request: ToolCallRequest, *, sync: bool) -> Plan:
+    """The call's budget: `min(cap, remaining - reserve)`; a `deadline_tool` has its own cap."""
+    name = request.tool_call["name"]
+    wrapped = isinstance(request.tool, DeadlineTool)
+    return plan_step(
+        name,
+        "tool",
+        cap=None if wrapped else settings.tool_cap(name),
+        min_viable=0.0,
+        reserve=settings.reserve,
+        deadline=deadline_from_state(request.state),
+        sync=sync,
+    )
+
+
+def tool_result(
+    request: ToolCallRequest,
+    plan: Plan,
+    result: StepResult[ToolResult],
+    inner: list[StepRecord],
+    *,
+    own: bool,
+) -> ToolResult:
+    """The tool's answer with its records (its own only when `own`: a `deadline_tool` records
+    itself); past its budget, a timeout message; errors raise."""
+    if result.status is StepStatus.COMPLETED:
+        assert result.value is not None
+        return _with_records(result.value, [*inner, result.record] if own else inner)
+    if result.status.cut:
+        if not own:
+            record_child(result.record, None)
+        return ran_out(request, plan, result.record, inner)
+    assert result.error is not None
+    raise result.error
+
+
+def ran_out(
+    request: ToolCallRequest, plan: Plan, record: StepRecord, inner: Sequence[StepRecord]
+) -> Command[Any]:
+    """The answer of a call that ran out: `timeout_message` for the model, with the facts."""
+    call = request.tool_call
+    message = answer(
+        timeout_message(timeout_of(call["name"], plan, record)),
+        call_id=cast(str, call["id"]),  # ToolNode runs tool calls that have an id
+        tool=call["name"],
+        facts=tool_facts(record.status, record=record),
+    )
+    return Command(update={"messages": [message], "deadline_trace": [*inner, record]})
+
+
+def _with_records(value: ToolResult, records: list[StepRecord]) -> ToolResult:
+    """A tool's answer carrying its step records into `deadline_trace`."""
+    if not records:
+        return value
+    if isinstance(value, ToolMessage):
+        return Command(update={"messages": [value], "deadline_trace": records})
+    if isinstance(value, Command) and isinstance(value.update, dict):
+        return cast(ToolResult, with_trace(value, records))
+    return value

@@ -1,0 +1,61 @@
+"""`ToolOptions`: what `deadline_tool` was told about one tool, checked once, kept as one value."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .._core.validate import check_cap, check_seconds
+from .._retry.retry import RetryOn, _accepts
+from .cache import StaleCache
+from .messages import Message
+from .stale import Namespace
+
+__all__ = ["ToolOptions"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOptions:
+    """A tool's budget (`timeout`, `min_viable`), what it does to the world (`read_only`,
+    `side_effect`), its stale cache, its timeout text and its retries. See `deadline_tool`."""
+
+    timeout: float | None = None
+    min_viable: float = 0.0
+    read_only: bool = False
+    side_effect: bool = False
+    cache: StaleCache | None = None
+    cache_namespace: Namespace = None
+    message: Message = None
+    retry_on: RetryOn | None = None
+    attempts: int = 3
+    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None
+
+    def checked(self, tool: str) -> ToolOptions:
+        """These options with times as floats, or an error naming `tool` and what is wrong.
+
+        Raises:
+            ValueError, TypeError: bad numbers, a cache on a tool that is not read-only, etc.
+        """
+        timeout = check_cap(self.timeout, "timeout")
+        min_viable = check_seconds(self.min_viable, "min_viable")
+        if self.cache is not None and not self.read_only:
+            raise ValueError(
+                f"tool {tool!r}: a stale cache needs read_only=True (never serve a cached "
+                "answer for a tool that changes the world)"
+            )
+        if self.read_only and self.side_effect:
+            raise ValueError(f"tool {tool!r}: read_only and side_effect exclude each other")
+        if self.cache is not None and not isinstance(self.cache, StaleCache):
+            raise TypeError(f"cache must be a StaleCache, got {type(self.cache).__name__}")
+        message = self.message
+        if message is not None and not (isinstance(message, str) or callable(message)):
+            raise TypeError("message must be a format string or a function of ToolTimeout")
+        if self.retry_on is not None:
+            _accepts(self.retry_on)  # a clear error now, not at the first failure
+        attempts = self.attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"tool {tool!r}: attempts must be an int >= 1, got {attempts!r}")
+        if self.idempotency_key is not None and not callable(self.idempotency_key):
+            raise TypeError("idempotency_key must be a function of the tool's arguments")
+        return dataclasses.replace(self, timeout=timeout, min_viable=min_viable)

@@ -1,0 +1,81 @@
+"""When a tool call is retried, and what its record says about side effects: a write is not
+retried once its request may have left, unless repeating it is safe (an idempotency key)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from langchain_core.runnables import RunnableConfig
+
+from .._core.errors import DeadlineExceeded
+from .._core.run import StepResult
+from .._retry.retry import RetryOn, _accepts, retry
+
+__all__ = ["Tries", "account", "call_config", "is_timeout", "is_transport", "retrying"]
+
+_TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (httpx.TransportError, ConnectionError)
+_NOT_SENT: tuple[type[BaseException], ...] = (httpx.ConnectError, httpx.ConnectTimeout)
+"""Errors that prove the request never left: repeating it cannot repeat a side effect."""
+
+
+@dataclasses.dataclass(slots=True)
+class Tries:
+    """How many attempts of one call started (counted by the attempts themselves)."""
+
+    started: int = 0
+
+
+def call_config(cfg: RunnableConfig, key: str | None) -> RunnableConfig:
+    """The config the tool runs with: its idempotency `key` in `metadata`, when it has one."""
+    if key is None:
+        return cfg
+    return {**cfg, "metadata": {**(cfg.get("metadata") or {}), "idempotency_key": key}}
+
+
+def retrying(
+    once: Callable[[], Any],
+    *,
+    on: RetryOn,
+    attempts: int,
+    side_effect: bool,
+    idempotent: bool,
+    name: str,
+) -> Callable[[], Any]:
+    """`once` retried within the tool's budget. A tool with side effects is retried only when
+    repeating it is safe: it is `idempotent` (has a key), or the request never left (a connect
+    error)."""
+    accepts = _accepts(on)
+
+    def retryable(exc: BaseException) -> bool:
+        if not accepts(exc):
+            return False
+        if side_effect and not idempotent:
+            return isinstance(exc, _NOT_SENT)
+        return True
+
+    return retry(once, on=retryable, attempts=attempts, name=name)
+
+
+def account(result: StepResult[Any], tries: Tries, *, side_effect: bool) -> StepResult[Any]:
+    """The call's record says how many attempts ran and whether a side effect may have started
+    (conservatively: a write tool's body ran, and did not fail before sending)."""
+    started = side_effect and tries.started > 0 and not isinstance(result.error, _NOT_SENT)
+    if tries.started <= 1 and not started:
+        return result
+    rec = dataclasses.replace(
+        result.record, attempt=max(1, tries.started), side_effect_started=started
+    )
+    return StepResult(rec, result.value, result.error)
+
+
+def is_timeout(result: StepResult[Any]) -> bool:
+    """The call ran out of time: cut at its budget, or stopped by a `DeadlineExceeded`."""
+    return result.status.cut or isinstance(result.error, DeadlineExceeded)
+
+
+def is_transport(result: StepResult[Any]) -> bool:
+    """The call failed on the way to its server (a stale answer may stand in for it)."""
+    return isinstance(result.error, _TRANSPORT_ERRORS)

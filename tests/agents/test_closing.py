@@ -1,0 +1,138 @@
+"""How an agent out of time ends: pending tool calls closed, a final message with what was found."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from langgraph_deadline import StepRecord, StepStatus, Terminal
+from langgraph_deadline._agents.closing import close_pending, final_text, give_up
+from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.testing._openai_server import (
+    ChatReply,
+    FakeOpenAIServer,
+    ScriptedToolCall,
+)
+from tests.agents.support import MARGIN, ask, assert_valid_history, hang, orders
+from tests.chat_models import openai_chat as chat
+
+
+@pytest.mark.anyio
+async def test_too_little_left_ends_with_the_final_message_and_a_valid_history(
+    server: FakeOpenAIServer,
+) -> None:
+    server.enqueue(
+        ChatReply.tool_calls(
+            ScriptedToolCall("orders", {"query": "42"}), ScriptedToolCall("hang", {"query": "42"})
+        ),
+        ChatReply.text("never asked"),
+    )
+    middleware = DeadlineMiddleware(timeout=1.0, model_min_viable=0.5)
+    agent = create_agent(chat(server), [orders, hang], middleware=[middleware])
+
+    t0 = time.monotonic()
+    out = await agent.ainvoke(ask())
+
+    assert time.monotonic() - t0 < 1.0 + MARGIN
+    assert len(server.requests) == 1  # the second model call was never made
+    messages = out["messages"]
+    assert_valid_history(messages)
+    final = messages[-1].text
+    assert "ran out of time" in final
+    assert "orders: order 42 shipped on Monday" in final  # what is known
+    assert "No result in time from: hang" in final  # and what is missing
+    outcome = out["deadline_outcome"]
+    assert outcome.terminal is Terminal.DEADLINE_EXCEEDED and outcome.step == "model"
+    assert "not started" in outcome.reason
+    statuses = {(r.name, r.status) for r in out["deadline_trace"]}
+    assert ("model", StepStatus.SKIPPED) in statuses
+    assert ("hang", StepStatus.TIMED_OUT) in statuses
+
+
+@pytest.mark.anyio
+async def test_pending_tool_calls_are_closed_when_no_model_call_fits(
+    server: FakeOpenAIServer,
+) -> None:
+    """A history that ends in unanswered tool calls (a run cut mid-tools on the same thread)."""
+    pending = AIMessage(
+        "",
+        tool_calls=[
+            {"name": "orders", "args": {"query": "1"}, "id": "call_a", "type": "tool_call"},
+            {"name": "orders", "args": {"query": "2"}, "id": "call_b", "type": "tool_call"},
+        ],
+    )
+    agent = create_agent(
+        chat(server), [orders], middleware=[DeadlineMiddleware(timeout=0.3, model_min_viable=1.0)]
+    )
+    out = await agent.ainvoke({"messages": [HumanMessage("hi"), pending]})
+    assert server.requests == []  # no request at all
+    assert_valid_history(out["messages"])
+    closed = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.tool_call_id for m in closed] == ["call_a", "call_b"]
+    assert all(m.status == "error" and "skipped" in m.text for m in closed)
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+
+
+def _record(status: StepStatus = StepStatus.SKIPPED, remaining_ms: float | None = 300.0) -> Any:
+    return StepRecord(
+        name="model",
+        kind="model",
+        attempt=1,
+        remaining_ms=remaining_ms,
+        requested_ms=None,
+        allocated_ms=0.0,
+        clamped=True,
+        elapsed_ms=0.0,
+        status=status,
+    )
+
+
+def test_only_the_last_turns_unanswered_tool_calls_are_closed() -> None:
+    history = [
+        HumanMessage("q"),
+        AIMessage("", tool_calls=[{"name": "orders", "args": {}, "id": "a"}]),
+        ToolMessage("done", tool_call_id="a", name="orders"),
+        AIMessage(
+            "",
+            tool_calls=[
+                {"name": "orders", "args": {}, "id": "b"},
+                {"name": "stock", "args": {}, "id": "c"},
+            ],
+        ),
+        ToolMessage("7 left", tool_call_id="c", name="stock"),
+    ]
+    (closed,) = close_pending(history, _record())
+    assert (closed.tool_call_id, closed.name, closed.status) == ("b", "orders", "error")
+    assert "was skipped" in closed.text and "0.3 s left" in closed.text
+    assert closed.artifact == {"langgraph_deadline": {"status": "skipped", "stale": False}}
+    assert close_pending([AIMessage("hi"), HumanMessage("new question")], _record()) == []
+
+
+def test_the_final_text_lists_what_was_found_and_what_is_missing() -> None:
+    long = "x " * 200
+    text = final_text(
+        [
+            HumanMessage("q"),
+            ToolMessage(long, tool_call_id="a", name="orders"),
+            ToolMessage("timeout", tool_call_id="b", name="stock", status="error"),
+        ]
+    )
+    assert text.startswith("I ran out of time for this request")
+    assert "What I found so far:\n- orders: x x" in text and "…" in text
+    assert "No result in time from: stock." in text
+    assert "I had not gathered any results yet." in final_text([HumanMessage("q")])
+
+
+def test_giving_up_ends_the_run_with_an_outcome_and_the_record() -> None:
+    record = _record(StepStatus.TIMED_OUT)
+    update = give_up({"messages": [HumanMessage("q")]}, record)
+    outcome = update["deadline_outcome"]
+    assert outcome.terminal is Terminal.DEADLINE_EXCEEDED and outcome.step == "model"
+    assert outcome.reason == record.ran_out_reason()
+    assert update["deadline_trace"] == [record]
+    (final,) = update["messages"]
+    assert final.response_metadata["langgraph_deadline"] == outcome.to_dict()

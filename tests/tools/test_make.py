@@ -1,0 +1,71 @@
+"""deadline_tool and deadline_tools: what the model sees is kept, bad options get clear errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.tools import tool
+
+from langgraph_deadline import (
+    InMemoryStaleCache,
+    deadline_tool,
+    deadline_tools,
+)
+
+
+def test_wrapping_an_existing_tool_keeps_what_the_model_sees() -> None:
+    @tool
+    def search(query: str, limit: int = 5) -> str:
+        """Search the knowledge base."""
+        return query * limit
+
+    wrapped = deadline_tool(search, timeout=3)
+    assert wrapped.name == search.name
+    assert wrapped.description == search.description
+    assert (
+        wrapped.tool_call_schema.model_json_schema() == search.tool_call_schema.model_json_schema()
+    )
+    assert wrapped.invoke({"query": "a", "limit": 2}) == "aa"
+
+    @deadline_tool("renamed", timeout=1)
+    def other(x: int) -> int:
+        """Other."""
+        return x + 1
+
+    assert other.name == "renamed" and other.invoke({"x": 1}) == 1 + 1
+
+
+def test_caps_table_and_bad_input_get_clear_errors() -> None:
+    def search_docs(q: str) -> str:
+        """Docs."""
+        return q
+
+    def get_order(order_id: str) -> str:
+        """Order."""
+        return order_id
+
+    wrapped = deadline_tools([search_docs, get_order], caps={"search_docs": 5}, default=3)
+    assert {t.name: t.timeout for t in wrapped} == {"search_docs": 5, "get_order": 3}
+    with pytest.raises(ValueError, match="unknown tools"):
+        deadline_tools([search_docs], caps={"nope": 1})
+    with pytest.raises(ValueError, match="timeout"):
+        deadline_tool(search_docs, timeout=-1)
+    with pytest.raises(ValueError, match="read_only"):
+        deadline_tool(search_docs, cache=InMemoryStaleCache())
+    with pytest.raises(ValueError, match="max_entries"):
+        InMemoryStaleCache(max_entries=0)
+
+    class Opaque:
+        pass
+
+    @deadline_tool(timeout=1, read_only=True, cache=InMemoryStaleCache())
+    def takes_anything(x: Any) -> str:
+        """Anything."""
+        return "ok"
+
+    with pytest.raises(TypeError, match="not JSON-serializable"):
+        takes_anything.invoke(
+            {"type": "tool_call", "id": "c", "name": "takes_anything", "args": {"x": Opaque()}},
+            {"configurable": {"thread_id": "t"}},
+        )

@@ -1,0 +1,178 @@
+"""A read-only tool's stale cache: the last good answer served, marked stale, per namespace."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import tool
+from langgraph.store.memory import InMemoryStore
+
+from langgraph_deadline import InMemoryStaleCache, StoreStaleCache, deadline_tool
+from langgraph_deadline._tools.cache import cache_key
+from langgraph_deadline._tools.stale import (
+    default_namespace,
+    namespace_of,
+    slot,
+    stale_content,
+    stored_content,
+    tool_call_id,
+    visible_args,
+)
+from langgraph_deadline.testing import SlowServer
+
+
+def _cached_tool(cache: Any, server: SlowServer, delay: list[float]) -> Any:
+    @deadline_tool(timeout=0.4, read_only=True, cache=cache)
+    def stock(sku: str) -> str:
+        """Stock level for a SKU."""
+        r = httpx.get(server.url(f"/slow?delay={delay[0]}&sku={sku}"), timeout=10)
+        return f"{sku}: 7 in stock ({r.status_code})"
+
+    return stock
+
+
+def _call(sku: str) -> dict[str, Any]:
+    return {"type": "tool_call", "id": "c1", "name": "stock", "args": {"sku": sku}}
+
+
+def test_stale_fallback_serves_the_last_good_answer_marked_stale(slow_server: SlowServer) -> None:
+    delay = [0.0]
+    stock = _cached_tool(InMemoryStaleCache(), slow_server, delay)
+    user_a = {"configurable": {"user_id": "alice"}}
+    fresh = stock.invoke(_call("A1"), user_a)
+    assert fresh.status == "success" and fresh.content == "A1: 7 in stock (200)"
+
+    delay[0] = 5.0
+    time.sleep(1.1)
+    stale = stock.invoke(_call("A1"), user_a)
+    assert stale.status == "success"
+    assert re.match(
+        r"\[stale result from [12] s ago: the live call to 'stock' timed out", stale.content
+    )
+    assert "A1: 7 in stock (200)" in stale.content
+    facts = stale.artifact["langgraph_deadline"]
+    assert facts["stale"] is True and facts["age_s"] >= 1.0
+
+    other_user = stock.invoke(_call("A1"), {"configurable": {"user_id": "bob"}})
+    assert other_user.status == "error"  # never another user's cached answer
+    other_args = stock.invoke(_call("B2"), user_a)
+    assert other_args.status == "error"
+    no_namespace = stock.invoke(_call("A1"))
+    assert no_namespace.status == "error"  # no user, no thread: nothing cached or served
+
+
+def test_store_cache_survives_a_process_restart(tmp_path: Path, slow_server: SlowServer) -> None:
+    db = tmp_path / "store.sqlite"
+    script = textwrap.dedent(
+        f"""
+        import sqlite3, httpx
+        from langgraph.store.sqlite import SqliteStore
+        from langgraph_deadline import StoreStaleCache, deadline_tool
+
+        conn = sqlite3.connect({str(db)!r}, check_same_thread=False, isolation_level=None)
+        store = SqliteStore(conn)
+        store.setup()
+
+        @deadline_tool(timeout=0.4, read_only=True, cache=StoreStaleCache(store))
+        def stock(sku: str) -> str:
+            \"\"\"Stock level.\"\"\"
+            httpx.get({slow_server.url("/slow?delay=0")!r}, timeout=10)
+            return sku + ": 7 in stock"
+
+        cfg = {{"configurable": {{"thread_id": "t1"}}}}
+        msg = stock.invoke({{"type": "tool_call", "id": "c", "name": "stock",
+                             "args": {{"sku": "A1"}}}}, cfg)
+        print(msg.status, msg.content)
+        """
+    )
+    first = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "success A1: 7 in stock"
+
+    from langgraph.store.sqlite import SqliteStore
+
+    conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
+    store = SqliteStore(conn)
+
+    @deadline_tool(timeout=0.3, read_only=True, cache=StoreStaleCache(store))
+    def stock(sku: str) -> str:
+        """Stock level."""
+        httpx.get(slow_server.url("/slow?delay=5"), timeout=10)
+        return "never"
+
+    msg = stock.invoke(_call("A1"), {"configurable": {"thread_id": "t1"}})
+    conn.close()
+    assert msg.status == "success"
+    assert "stale result" in msg.content and msg.content.endswith("A1: 7 in stock")
+
+
+@pytest.mark.anyio
+async def test_store_cache_with_an_in_memory_store_and_explicit_namespace(
+    slow_server: SlowServer,
+) -> None:
+    cache = StoreStaleCache(InMemoryStore(), ttl=60)
+    delay = [0.0]
+
+    @deadline_tool(timeout=0.3, read_only=True, cache=cache, cache_namespace="public-docs")
+    async def docs(topic: str) -> str:
+        """Docs."""
+        async with httpx.AsyncClient() as client:
+            await client.get(slow_server.url(f"/slow?delay={delay[0]}"))
+        return f"docs on {topic}"
+
+    call = {"type": "tool_call", "id": "c", "name": "docs", "args": {"topic": "refunds"}}
+    assert (await docs.ainvoke(call)).content == "docs on refunds"
+    delay[0] = 5
+    stale = await docs.ainvoke(call)
+    assert "stale result" in stale.content and stale.content.endswith("docs on refunds")
+
+
+def test_the_default_namespace_is_the_user_else_the_thread_else_none() -> None:
+    assert default_namespace({"configurable": {"user_id": "u", "thread_id": "t"}}) == "user:u"
+    assert default_namespace({"configurable": {"langgraph_auth_user_id": "a"}}) == "user:a"
+    assert default_namespace({"configurable": {"thread_id": "t"}}) == "thread:t"
+    assert default_namespace({}) is None
+    assert namespace_of("public", {}) == "public"
+    assert namespace_of(lambda cfg: "fn", {}) == "fn"
+
+
+def test_the_key_uses_only_the_arguments_the_model_gave() -> None:
+    @tool
+    def stock(sku: str, config: RunnableConfig) -> str:
+        """Stock."""
+        return sku
+
+    call = {"type": "tool_call", "id": "c", "name": "stock", "args": {"sku": "A1", "config": {}}}
+    assert tool_call_id(call) == "c" and tool_call_id({"sku": "A1"}) is None
+    assert visible_args(stock, call) == {"sku": "A1"}
+    assert slot(stock, None, call, {"configurable": {"thread_id": "t"}}) == (
+        "thread:t",
+        cache_key("stock", {"sku": "A1"}),
+    )
+    assert slot(stock, None, call, {}) is None
+
+
+def test_a_stale_answer_is_headed_by_its_age_and_why_the_live_call_gave_none() -> None:
+    text = stale_content("stock", "7 left", age_s=61.4, failed=True)
+    assert text.startswith("[stale result from 61 s ago: the live call to 'stock' failed;")
+    assert text.endswith("]\n7 left")
+    blocks = stale_content("stock", [{"type": "text", "text": "7"}], age_s=1, failed=False)
+    assert (
+        blocks[0]["text"].startswith("[stale result from 1 s ago")
+        and "timed out" in blocks[0]["text"]
+    )
+    assert blocks[1] == {"type": "text", "text": "7"}
+    assert stored_content(ToolMessage("7 left", tool_call_id="c")) == "7 left"
