@@ -29,8 +29,6 @@ R = TypeVar("R")
 _sleep: Callable[[float], None] = time.sleep
 _asleep: Callable[[float], Awaitable[None]] = anyio.sleep
 
-_accepts = retry_predicate  # the name `_tools` imports; `retry_predicate` is the one to use
-
 
 @overload
 def retry(

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._core.validate import check_cap, check_seconds
-from .._retry.retry import RetryOn, _accepts
+from .._retry.policy import RetryOn, retry_predicate
 from .cache import StaleCache
 from .messages import Message
 from .stale import Namespace
@@ -52,7 +52,7 @@ class ToolOptions:
         if message is not None and not (isinstance(message, str) or callable(message)):
             raise TypeError("message must be a format string or a function of ToolTimeout")
         if self.retry_on is not None:
-            _accepts(self.retry_on)  # a clear error now, not at the first failure
+            retry_predicate(self.retry_on)  # a clear error now, not at the first failure
         attempts = self.attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise ValueError(f"tool {tool!r}: attempts must be an int >= 1, got {attempts!r}")

@@ -12,7 +12,8 @@ from langchain_core.runnables import RunnableConfig
 
 from .._core.errors import DeadlineExceeded
 from .._core.run import StepResult
-from .._retry.retry import RetryOn, _accepts, retry
+from .._retry.policy import RetryOn, retry_predicate
+from .._retry.retry import retry
 
 __all__ = ["Tries", "account", "call_config", "is_timeout", "is_transport", "retrying"]
 
@@ -47,7 +48,7 @@ def retrying(
     """`once` retried within the tool's budget. A tool with side effects is retried only when
     repeating it is safe: it is `idempotent` (has a key), or the request never left (a connect
     error)."""
-    accepts = _accepts(on)
+    accepts = retry_predicate(on)
 
     def retryable(exc: BaseException) -> bool:
         if not accepts(exc):

@@ -18,7 +18,7 @@ from .._core.records import StepStatus
 from .._core.run import StepResult, run_async, run_sync
 from .._core.tracker import run_from_config
 from .._graph.seams import PASSTHROUGH
-from .._retry.retry import RetryOn
+from .._retry.policy import RetryOn
 from . import policy, stale
 from .cache import StaleCache
 from .messages import Message, answer, render, timeout_of, tool_facts
