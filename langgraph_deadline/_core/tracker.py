@@ -37,6 +37,8 @@ class RunTracker:
     signal: CancelSignal = dataclasses.field(default_factory=lambda: CancelSignal(current_signal()))
     started_at: float = dataclasses.field(default_factory=time.time)
     entry: object = None  # the graph whose ainvoke prepared this run, until its astream starts
+    resumable: bool = False  # checkpointed: a step cut mid-superstep can stay pending there
+    final: Any = None  # the state a run that ended early returns
 
     def clock_now(self) -> float:
         return time.monotonic()

@@ -44,3 +44,26 @@ def note_chunk(run: RunTracker, chunk: Any, mode: Any) -> None:
             run.latest = chunk[2]
     elif isinstance(chunk, dict) and chunk.get("type") == "values" and not chunk.get("ns"):
         run.latest = chunk.get("data")
+
+
+def closing_chunks(
+    state: Mapping[str, Any], step: str | None, mode: Any, *, subgraphs: bool, version: str
+) -> list[Any]:
+    """The last chunks of a stream that ended early, in the caller's stream format: an update
+    from the step that ran out (its outcome, trace and reply) and the final values."""
+    modes = [mode] if isinstance(mode, str) else list(mode)
+    update = {k: state[k] for k in ("deadline_outcome", "deadline_trace") if k in state}
+    parts = []
+    if "updates" in modes:
+        parts.append(("updates", {step or "deadline": update}))
+    if "values" in modes:
+        parts.append(("values", dict(state)))
+    chunks: list[Any] = []
+    for kind, payload in parts:
+        if version == "v2":
+            chunks.append({"type": kind, "ns": (), "data": payload})
+        elif subgraphs:
+            chunks.append(((), kind, payload) if len(modes) > 1 else ((), payload))
+        else:
+            chunks.append((kind, payload) if len(modes) > 1 else payload)
+    return chunks

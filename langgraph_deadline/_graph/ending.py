@@ -8,6 +8,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_core.messages import ToolMessage
+from langgraph.errors import GraphDrained
 from langgraph.types import RetryPolicy
 
 from .._core.deadline import Deadline
@@ -17,7 +19,8 @@ from .._core.record import commit_record
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal
 from .._core.run import StepResult
 from .._core.tracker import RunTracker
-from .seams import drain
+from .messages import close_pending, messages_of, unanswered_tool_calls
+from .seams import DRAIN_REASON, drain
 from .settings import NodeSettings
 from .state import with_trace
 
@@ -43,26 +46,54 @@ def ended(
     run: RunTracker | None,
     children: Sequence[StepRecord] = (),
     reason: str | None = None,
+    finished: Mapping[str, ToolMessage] | None = None,
 ) -> Any:
-    """The node's answer when its budget ran out: the outcome in state, or the error."""
+    """End the run at this node, which ran out of time. One rule for every kind of node:
+
+    - Open tool calls (the node was answering them) get an answer each: the results that
+      finished, and the model-readable timeout for the rest. The node is done, its writes and the
+      outcome reach the checkpoint, and the run drains: the history stays valid for the next turn.
+    - Otherwise, in a checkpointed run, the node is *not* done: it raises LangGraph's
+      `GraphDrained`, so its routers do not run on output it never wrote, siblings in the same
+      superstep finish and keep their results (in the checkpoint too), and a resume that grants
+      time runs it again. `with_deadlines` turns the drain into the outcome it returns.
+    - In a run with no checkpoint (nothing to resume) the node ends its superstep with the
+      outcome, so the siblings' results reach the returned state; the run drains, and
+      `with_deadlines` keeps the node's routers from running (`routes.py`).
+    - Outside `with_deadlines` (a plain compiled graph) nothing above the node can do that:
+      it raises `DeadlineExceeded` with the outcome and the state it was given.
+    """
     rec = result.record
-    drain()
     if reason is None:
         reason = rec.ran_out_reason()
     elapsed = None if run is None else round((time.monotonic() - run.started) * 1000.0, 3)
     outcome = Outcome(
         terminal=Terminal.DEADLINE_EXCEEDED, step=rec.name, reason=reason, elapsed_ms=elapsed
     )
-    if run is not None and run.outcome is None:
-        run.outcome = outcome
-    if has_fields(state):
-        return {"deadline_outcome": outcome, "deadline_trace": [*children, rec]}
     err = result.error
-    if isinstance(err, DeadlineExceeded):
+    if run is None:
+        known = err if isinstance(err, DeadlineExceeded) else None
         raise DeadlineExceeded(
-            str(err), deadline=err.deadline, step=err.step, outcome=outcome, scopes=err.scopes
+            reason,
+            deadline=known.deadline if known else None,
+            step=rec.name,
+            outcome=outcome,
+            scopes=known.scopes if known else (),
+            state=state,
         ) from err
-    raise DeadlineExceeded(reason, step=rec.name, outcome=outcome) from err
+    if run.outcome is None:
+        run.outcome = outcome
+    calls = unanswered_tool_calls(messages_of(state))
+    if not calls and run.resumable:
+        raise GraphDrained(DRAIN_REASON) from err
+    drain()
+    update: dict[str, Any] = {}
+    if calls:
+        update["messages"] = close_pending(calls, rec, finished)
+    if has_fields(state):
+        update["deadline_outcome"] = outcome
+        update["deadline_trace"] = [*children, rec]
+    return update or None
 
 
 def skipped(plan: Plan, state: Any, run: RunTracker | None) -> Any:
@@ -79,18 +110,26 @@ def finish(
     plan: Plan,
     settings: NodeSettings,
     run: RunTracker | None,
+    finished: Mapping[str, ToolMessage] | None = None,
 ) -> Any:
-    """The node's return value: its update with its records, the early end, or its own error."""
+    """The node's return value: its update with its records, the early end, or its own error.
+
+    A `DeadlineExceeded` raised inside the node (a retry or a model call refusing to start, a
+    downstream service out of this run's time) ends the run like a cut: it is a deadline end.
+    """
     status = result.status
     if status is StepStatus.COMPLETED:
         value = _no_later_deadline(result.value)
         return with_trace(value, [*children, result.record]) if has_fields(state) else value
     if status.cut:
-        return ended(state, result, run, children)
-    assert result.error is not None
-    if (why := _retry_would_not_fit(result.error, plan, settings, run)) is not None:
-        return ended(state, result, run, children, why)
-    raise result.error
+        return ended(state, result, run, children, finished=finished)
+    err = result.error
+    assert err is not None
+    if isinstance(err, DeadlineExceeded):
+        return ended(state, result, run, children, str(err) or None, finished)
+    if (why := _retry_would_not_fit(err, plan, settings, run)) is not None:
+        return ended(state, result, run, children, why, finished)
+    raise err
 
 
 def _retry_would_not_fit(

@@ -20,16 +20,17 @@ from langgraph.types import Command
 from .._core.context import current_deadline
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
-from .._core.records import Outcome
 from .._core.tracker import RUN_KEY, RunTracker
-from .chunks import deadline_given, note_chunk
-from .ends import backstop, late
+from .chunks import closing_chunks, deadline_given, note_chunk
+from .ends import afinal_state, final_state, late
 from .seams import DRAIN_REASON
 from .settings import GraphSettings
 from .state import deadline_from_state, fresh_run_update
-from .terminal import emit_run_outcome, exceeded, final_outcome, outcome_from, raised
+from .terminal import emit_run_outcome, final_outcome, raised
 
 __all__ = ["DeadlineGraph"]
+
+_IN_FLIGHT = "the run's deadline passed with steps in flight"
 
 
 class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
@@ -82,7 +83,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             d = earliest(given, current_deadline(), timeout)
             if settings.has_fields and isinstance(input, Mapping):
                 input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
-        run = RunTracker(deadline=d, reserve=settings.reserve)
+        run = RunTracker(deadline=d, reserve=settings.reserve, resumable=self._has_thread(cfg))
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
         return run, input, cfg
 
@@ -117,14 +118,17 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if exc.reason != DRAIN_REASON:
                 emit_run_outcome(run, raised(exc))
                 raise
-            self._drained(run)
+            yield from self._closing(final_state(self, run, cfg, None), run, mode, kwargs)
+            return
         except DeadlineExceeded as exc:
             emit_run_outcome(run, exc.outcome)
             _reraise_with_state(exc, run)
         except BaseException as exc:
             emit_run_outcome(run, raised(exc))
             raise
-        if not prepared:
+        if run.outcome is not None:  # a step ran out, and it was the last one
+            yield from self._closing(final_state(self, run, cfg, None), run, mode, kwargs)
+        elif not prepared:
             emit_run_outcome(run, final_outcome(run, run.latest))
 
     async def astream(
@@ -147,7 +151,10 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if exc.reason != DRAIN_REASON:
                 emit_run_outcome(run, raised(exc))
                 raise
-            self._drained(run)
+            state = await afinal_state(self, run, cfg, None)
+            for chunk in self._closing(state, run, mode, kwargs):
+                yield chunk
+            return
         except DeadlineExceeded as exc:
             emit_run_outcome(run, exc.outcome)
             _reraise_with_state(exc, run)
@@ -161,19 +168,26 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         except BaseException as exc:
             emit_run_outcome(run, raised(exc))
             raise
-        if not prepared:
+        if run.outcome is not None:  # a step ran out, and it was the last one
+            state = await afinal_state(self, run, cfg, None)
+            for chunk in self._closing(state, run, mode, kwargs):
+                yield chunk
+        elif not prepared:
             emit_run_outcome(run, final_outcome(run, run.latest))
 
-    def _drained(self, run: RunTracker) -> None:
-        """The run drained after a step ran out of budget. Graphs without deadline fields raise."""
-        outcome = outcome_from(run, None)
-        if self._lgd_settings.has_fields:
-            state = run.latest if isinstance(run.latest, Mapping) else {}
-            written = state.get("deadline_outcome")
-            emit_run_outcome(run, written if isinstance(written, Outcome) else outcome)
-            return
-        emit_run_outcome(run, outcome)
-        raise exceeded(outcome, run.deadline, run.latest)
+    def _closing(
+        self, state: Any, run: RunTracker, mode: Any, kwargs: Mapping[str, Any]
+    ) -> list[Any]:
+        """The chunks that tell a stream's consumer how the run ended early."""
+        run.final = state
+        step = run.outcome.step if run.outcome is not None else None
+        return closing_chunks(
+            state,
+            step,
+            mode,
+            subgraphs=bool(kwargs.get("subgraphs", False)),
+            version=str(kwargs.get("version", "v1")),
+        )
 
     # -- invoke -------------------------------------------------------------------------------
 
@@ -211,10 +225,14 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         finally:
             handle.cancel()
         if scope.cancelled_caught:
-            return await backstop(self, run, cfg)
+            return await afinal_state(
+                self, run, cfg, "the run's deadline passed with steps in flight"
+            )
         return self._completed(result, run)
 
     def _completed(self, result: Any, run: RunTracker) -> Any:
+        if run.final is not None:  # ended early: the state its stream ended with
+            return run.final
         if isinstance(result, dict) and "__interrupt__" in result:
             run.interrupted = True
         outcome = final_outcome(run, result)

@@ -13,7 +13,9 @@ import typing
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
+from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables.config import merge_configs
 from langgraph.runtime import Runtime
 
 from .._core.plan import Plan, plan_step
@@ -22,6 +24,7 @@ from .._core.run import run_async, run_sync
 from .._core.tracker import RunTracker, run_from_config
 from .._core.validate import check_cap, check_seconds
 from .ending import already_ended, finish, skipped
+from .messages import ToolResults, messages_of, unanswered_tool_calls
 from .seams import PASSTHROUGH, node_attempt, runs_on_a_thread
 from .settings import NodeSettings
 from .state import deadline_from_state
@@ -232,11 +235,12 @@ def _wrap_runnable(
         plan = _plan(step, state, settings, run, sync=True)
         if plan.skip:
             return skipped(plan, state, run)
+        config, results = _collecting_tool_results(state, config)
         with child_records() as children:
             result = run_sync(
                 plan, lambda: runnable.invoke(state, config), run=run, passthrough=PASSTHROUGH
             )
-        return finish(state, result, children, plan, settings, run)
+        return finish(state, result, children, plan, settings, run, results)
 
     async def ainvoke(state: Any, config: RunnableConfig) -> Any:
         if already_ended(state):
@@ -245,13 +249,25 @@ def _wrap_runnable(
         plan = _plan(step, state, settings, run, sync=sync_only)
         if plan.skip:
             return skipped(plan, state, run)
+        config, results = _collecting_tool_results(state, config)
         with child_records() as children:
             result = await run_async(
                 plan, lambda: runnable.ainvoke(state, config), run=run, passthrough=PASSTHROUGH
             )
-        return finish(state, result, children, plan, settings, run)
+        return finish(state, result, children, plan, settings, run, results)
 
     return _BudgetedRunnable(invoke, ainvoke, name=step)
+
+
+def _collecting_tool_results(
+    state: Any, config: RunnableConfig
+) -> tuple[RunnableConfig, dict[str, ToolMessage] | None]:
+    """A node answering open tool calls (`ToolNode`) reports each finished call to a callback,
+    so that if the node is cut, the answers it already had are kept."""
+    if not unanswered_tool_calls(messages_of(state)):
+        return config, None
+    results = ToolResults()
+    return merge_configs(config, {"callbacks": [results]}), results.by_call
 
 
 class _BudgetedRunnable(RunnableLambda[Any, Any]):

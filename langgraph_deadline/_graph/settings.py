@@ -25,8 +25,10 @@ class NodeSettings:
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class GraphSettings:
     """A `with_deadlines` graph's run options; `has_fields` when its state has the deadline
-    fields (the outcome is returned in state, not raised)."""
+    fields (the outcome is returned in state, not raised); `closing_message` adds a short reply
+    to a messages state that ran out of time (with a `reserve`, the time to give it)."""
 
     timeout: float | None = None
     reserve: float = 0.0
     has_fields: bool = False
+    closing_message: bool = True

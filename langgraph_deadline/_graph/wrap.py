@@ -13,6 +13,7 @@ from langgraph.graph.state import CompiledStateGraph
 from .._core.validate import check_cap, check_seconds
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
+from .routes import guard_branches
 from .settings import GraphSettings, NodeSettings
 
 __all__ = ["with_deadlines"]
@@ -28,6 +29,7 @@ def with_deadlines(
     default_cap: float | None = None,
     checkpointer: Any = None,
     store: Any = None,
+    closing_message: bool = True,
 ) -> DeadlineGraph:
     """Compile `graph` (a `StateGraph` builder or a compiled graph, left untouched) with every
     node budgeted and one deadline per run.
@@ -43,10 +45,18 @@ def with_deadlines(
     - state without them: `DeadlineExceeded` is raised, with `.outcome` and the partial `.state`.
     Recursion limits, failures and cancellation raise as LangGraph raises them (`terminal_of`).
 
+    How a step that runs out ends (docs/concepts.md, "How a step ends early"): its routers do not
+    run, it stays pending in the checkpoint (granting time runs it again), siblings keep their
+    results, open tool calls are answered with model-readable timeouts, and with a `reserve` a
+    messages state gets a short assistant reply saying the answer is incomplete
+    (`closing_message=False` leaves it out).
+
     Raises:
         ValueError: a name in `caps` or `min_viable` is not a node; a bad number.
         TypeError: `graph` is not a `StateGraph` or a compiled one.
     """
+    if not isinstance(closing_message, bool):
+        raise TypeError(f"closing_message must be a bool, got {closing_message!r}")
     timeout_s = check_cap(timeout, "timeout")
     reserve_s = check_seconds(reserve, "reserve")
     default_cap_s = check_cap(default_cap, "default_cap")
@@ -106,9 +116,15 @@ def with_deadlines(
         )
         for name, spec in builder.nodes.items()
     }
+    wrapped.branches = guard_branches(builder.branches)  # type: ignore[assignment]
     compiled = wrapped.compile(**compile_kwargs)
     has_fields = {"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels)
-    settings = GraphSettings(timeout=timeout_s, reserve=reserve_s, has_fields=has_fields)
+    settings = GraphSettings(
+        timeout=timeout_s,
+        reserve=reserve_s,
+        has_fields=has_fields,
+        closing_message=closing_message,
+    )
     return DeadlineGraph.of(compiled, settings)
 
 
