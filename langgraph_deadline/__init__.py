@@ -13,6 +13,7 @@ from ._core.deadline import Deadline, earliest
 from ._core.errors import DeadlineExceeded, ScopeFrame
 from ._core.observe import set_default_factory as _set_default_factory
 from ._core.records import Outcome, StepRecord, StepStatus, Terminal
+from ._core.timeouts import ToolTimeout, timeout_message
 from ._graph.graph import DeadlineGraph
 from ._graph.node import budgeted
 from ._graph.state import DeadlineState, deadline_input
@@ -23,7 +24,6 @@ from ._retry.retry import retry
 from ._retry.tenacity import stop_at_deadline, wait_within_deadline
 from ._tools.cache import InMemoryStaleCache, StaleCache, StoreStaleCache
 from ._tools.make import deadline_tool, deadline_tools
-from ._tools.messages import ToolTimeout, timeout_message
 from ._tools.tool import DeadlineTool
 
 __all__ = [

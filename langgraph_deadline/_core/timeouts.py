@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from .records import StepStatus
+from .records import StepRecord, StepStatus
 
-__all__ = ["ToolTimeout", "timeout_message"]
+__all__ = ["ToolTimeout", "timeout_message", "tool_facts"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,3 +52,28 @@ def timeout_message(info: ToolTimeout) -> str:
         "use another tool, or continue without it and tell the user which part of the answer "
         "is missing."
     )
+
+
+def tool_facts(
+    status: StepStatus,
+    *,
+    record: StepRecord | None = None,
+    error: BaseException | None = None,
+    age_s: float | None = None,
+    side_effect_started: bool = False,
+) -> dict[str, Any]:
+    """The artifact of a tool call that ran out (`artifact["langgraph_deadline"]`): its status,
+    its budget and time when it was planned (`record`), the error that stopped it when it was
+    not the deadline, the age of the stale answer served instead, if any, and whether a write
+    may already have happened."""
+    facts: dict[str, Any] = {"status": str(status)}
+    if record is not None:
+        facts["budget_ms"] = record.allocated_ms
+        facts["elapsed_ms"] = round(record.elapsed_ms, 3)
+    facts["stale"] = age_s is not None
+    facts["side_effect_started"] = side_effect_started
+    if error is not None:
+        facts["error"] = type(error).__name__
+    if age_s is not None:
+        facts["age_s"] = round(age_s, 3)
+    return facts

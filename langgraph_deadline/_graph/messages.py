@@ -4,17 +4,18 @@ open (so the history stays valid for the next turn), and a short reply to the us
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 
 from .._core.records import Outcome, StepRecord, StepStatus
-from .._core.timeouts import ToolTimeout, timeout_message
+from .._core.timeouts import ToolTimeout, timeout_message, tool_facts
 
 __all__ = [
     "ToolResults",
+    "answer",
     "close_pending",
     "closing_reply",
     "closing_text",
@@ -64,15 +65,38 @@ class ToolResults(BaseCallbackHandler):
             self.by_call[output.tool_call_id] = output
 
 
+def answer(
+    content: Any,
+    *,
+    call_id: str,
+    tool: str,
+    facts: dict[str, Any],
+    status: Literal["success", "error"] = "error",
+) -> ToolMessage:
+    """The `ToolMessage` answering tool call `call_id` in place of the tool, `facts` attached."""
+    return ToolMessage(
+        content=content,
+        tool_call_id=call_id,
+        name=tool,
+        status=status,
+        artifact={"langgraph_deadline": facts},
+    )
+
+
 def close_pending(
     calls: Sequence[ToolCall],
     record: StepRecord,
     finished: Mapping[str, ToolMessage] | None = None,
+    *,
+    status: StepStatus | None = None,
 ) -> list[ToolMessage]:
-    """An answer for each open tool call: the result it finished with, or, for the calls the
-    deadline cut (or never started), the model-readable timeout text with `status="error"`."""
+    """An answer for each open tool call: the result it finished with, or the model-readable
+    timeout with `status="error"` for the calls the step `record` ended: cut in flight (its
+    status), or never started (`status=SKIPPED`, also the default for a step that was not cut).
+    """
     left = record.remaining_ms / 1000.0 if record.remaining_ms is not None else None
-    cut = record.status if record.status.cut else StepStatus.SKIPPED
+    how = status or (record.status if record.status.cut else StepStatus.SKIPPED)
+    started = how is not StepStatus.SKIPPED
     answers: list[ToolMessage] = []
     for call in calls:
         done = (finished or {}).get(call["id"] or "")
@@ -81,19 +105,18 @@ def close_pending(
             continue
         info = ToolTimeout(
             tool=call["name"],
-            status=cut,
-            budget_s=None if record.allocated_ms is None else record.allocated_ms / 1000.0,
-            elapsed_s=record.elapsed_ms / 1000.0 if cut is not StepStatus.SKIPPED else 0.0,
+            status=how,
+            budget_s=record.allocated_ms / 1000.0 if started and record.allocated_ms else 0.0,
+            elapsed_s=record.elapsed_ms / 1000.0 if started else 0.0,
             remaining_s=left,
             min_viable_s=0.0,
         )
         answers.append(
-            ToolMessage(
-                content=timeout_message(info),
-                tool_call_id=call["id"],
-                name=call["name"],
-                status="error",
-                artifact={"langgraph_deadline": {"status": str(cut), "stale": False}},
+            answer(
+                timeout_message(info),
+                call_id=str(call["id"]),
+                tool=call["name"],
+                facts=tool_facts(how, record=record if started else None),
             )
         )
     return answers

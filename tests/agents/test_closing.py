@@ -10,7 +10,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from langgraph_deadline import StepRecord, StepStatus, Terminal
-from langgraph_deadline._agents.closing import close_pending, final_text, give_up
+from langgraph_deadline._agents.closing import give_up
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.testing._openai_server import (
     ChatReply,
@@ -89,42 +89,6 @@ def _record(status: StepStatus = StepStatus.SKIPPED, remaining_ms: float | None 
         elapsed_ms=0.0,
         status=status,
     )
-
-
-def test_only_the_last_turns_unanswered_tool_calls_are_closed() -> None:
-    history = [
-        HumanMessage("q"),
-        AIMessage("", tool_calls=[{"name": "orders", "args": {}, "id": "a"}]),
-        ToolMessage("done", tool_call_id="a", name="orders"),
-        AIMessage(
-            "",
-            tool_calls=[
-                {"name": "orders", "args": {}, "id": "b"},
-                {"name": "stock", "args": {}, "id": "c"},
-            ],
-        ),
-        ToolMessage("7 left", tool_call_id="c", name="stock"),
-    ]
-    (closed,) = close_pending(history, _record())
-    assert (closed.tool_call_id, closed.name, closed.status) == ("b", "orders", "error")
-    assert "was skipped" in closed.text and "0.3 s left" in closed.text
-    assert closed.artifact == {"langgraph_deadline": {"status": "skipped", "stale": False}}
-    assert close_pending([AIMessage("hi"), HumanMessage("new question")], _record()) == []
-
-
-def test_the_final_text_lists_what_was_found_and_what_is_missing() -> None:
-    long = "x " * 200
-    text = final_text(
-        [
-            HumanMessage("q"),
-            ToolMessage(long, tool_call_id="a", name="orders"),
-            ToolMessage("timeout", tool_call_id="b", name="stock", status="error"),
-        ]
-    )
-    assert text.startswith("I ran out of time for this request")
-    assert "What I found so far:\n- orders: x x" in text and "…" in text
-    assert "No result in time from: stock." in text
-    assert "I had not gathered any results yet." in final_text([HumanMessage("q")])
 
 
 def test_giving_up_ends_the_run_with_an_outcome_and_the_record() -> None:

@@ -61,11 +61,17 @@ def test_the_facts_of_a_call_are_built_from_its_record() -> None:
         "budget_ms": 2000.0,
         "elapsed_ms": 2001.235,
         "stale": False,
+        "side_effect_started": False,
     }
     stale = tool_facts(record.status, record=record, error=ConnectionError(), age_s=61.23456)
     assert stale["stale"] is True and stale["age_s"] == 61.235
     assert stale["error"] == "ConnectionError"
-    assert tool_facts(StepStatus.SKIPPED) == {"status": "skipped", "stale": False}
+    assert tool_facts(StepStatus.SKIPPED) == {
+        "status": "skipped",
+        "stale": False,
+        "side_effect_started": False,
+    }
+    assert tool_facts(StepStatus.TIMED_OUT, side_effect_started=True)["side_effect_started"]
 
 
 def test_the_facts_of_a_planned_call_come_from_its_plan_and_record() -> None:
