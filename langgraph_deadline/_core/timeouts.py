@@ -19,7 +19,8 @@ class ToolTimeout:
     """
 
     tool: str
-    status: StepStatus  # TIMED_OUT (cut), ABANDONED (sync, still running) or SKIPPED (not called)
+    status: StepStatus  # TIMED_OUT (cut), ABANDONED (sync, still running), SKIPPED (not called),
+    # or FAILED (a write whose connection broke after its request was sent)
     budget_s: float | None
     elapsed_s: float
     remaining_s: float | None
@@ -38,6 +39,13 @@ def timeout_message(info: ToolTimeout) -> str:
             "this run; continue without it and tell the user which part of the answer is missing."
         )
     budget = info.budget_s or info.elapsed_s
+    if info.side_effect_started and info.status is StepStatus.FAILED:
+        return (
+            f"Tool '{info.tool}' failed after its request had been sent (the connection broke "
+            "before an answer came back): the action may already have happened. Do not call "
+            f"'{info.tool}' again until you have checked whether it took effect (look it up, or "
+            "ask the user); tell the user the outcome is unknown."
+        )
     if info.side_effect_started:
         return (
             f"Tool '{info.tool}' did not finish within {budget:.1f} s and was stopped after its "

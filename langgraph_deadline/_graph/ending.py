@@ -19,7 +19,7 @@ from .._core.record import commit_record
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal
 from .._core.run import StepResult
 from .._core.tracker import RunTracker
-from .messages import close_pending, messages_of, unanswered_tool_calls
+from .messages import close_pending, open_tool_calls
 from .seams import DRAIN_REASON, drain
 from .settings import NodeSettings
 from .state import with_trace
@@ -83,7 +83,7 @@ def ended(
         ) from err
     if run.outcome is None:
         run.outcome = outcome
-    calls = unanswered_tool_calls(messages_of(state))
+    calls = open_tool_calls(state)
     if not calls and run.resumable:
         raise GraphDrained(DRAIN_REASON) from err
     drain()

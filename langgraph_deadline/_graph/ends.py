@@ -23,7 +23,7 @@ from .terminal import emit_run_outcome, exceeded, outcome_from
 if TYPE_CHECKING:
     from .graph import DeadlineGraph
 
-__all__ = ["afinal_state", "assemble", "final_state", "late"]
+__all__ = ["afinal_state", "akeep_records", "assemble", "final_state", "keep_records", "late"]
 
 log = logging.getLogger("langgraph_deadline")
 _PERSIST = "langgraph_deadline: write the outcome"
@@ -112,6 +112,47 @@ async def afinal_state(
         except Exception:  # the caller still gets the outcome
             log.warning("could not write the deadline outcome to the checkpoint", exc_info=True)
     return _returned(graph, run, state)
+
+
+def keep_records(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
+    """A run that failed (an error that is not the deadline's): its step records are written to
+    the checkpoint, its pending steps left as they are for a resume after a fix."""
+    if not (graph.deadline_settings.has_fields and _saved(graph, cfg) and run.records):
+        return
+    try:
+        known = graph.get_state(_clean(cfg)).values.get("deadline_trace") or []
+        missing = [r for r in run.records if r not in known]
+        if missing:
+            CompiledStateGraph.invoke(
+                graph,
+                Command(update={"deadline_trace": missing}),
+                _clean(cfg),
+                control=_persist_control(),
+            )
+    except GraphDrained:
+        pass
+    except Exception:
+        log.warning("could not write the step records to the checkpoint", exc_info=True)
+
+
+async def akeep_records(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
+    """`keep_records`, asynchronously."""
+    if not (graph.deadline_settings.has_fields and _saved(graph, cfg) and run.records):
+        return
+    try:
+        known = (await graph.aget_state(_clean(cfg))).values.get("deadline_trace") or []
+        missing = [r for r in run.records if r not in known]
+        if missing:
+            await CompiledStateGraph.ainvoke(
+                graph,
+                Command(update={"deadline_trace": missing}),
+                _clean(cfg),
+                control=_persist_control(),
+            )
+    except GraphDrained:
+        pass
+    except Exception:
+        log.warning("could not write the step records to the checkpoint", exc_info=True)
 
 
 def _returned(graph: DeadlineGraph, run: RunTracker, state: dict[str, Any]) -> Any:

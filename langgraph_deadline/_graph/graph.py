@@ -22,7 +22,7 @@ from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import closing_chunks, deadline_given, note_chunk
-from .ends import afinal_state, final_state, late
+from .ends import afinal_state, akeep_records, final_state, keep_records, late
 from .seams import DRAIN_REASON
 from .settings import GraphSettings
 from .state import deadline_from_state, fresh_run_update
@@ -123,6 +123,10 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         except DeadlineExceeded as exc:
             emit_run_outcome(run, exc.outcome)
             _reraise_with_state(exc, run)
+        except Exception as exc:
+            emit_run_outcome(run, raised(exc))
+            keep_records(self, run, cfg)
+            raise
         except BaseException as exc:
             emit_run_outcome(run, raised(exc))
             raise
@@ -164,6 +168,10 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
             if not run.backstop_fired:  # the backstop reports the run itself
                 emit_run_outcome(run, raised(exc))
+            raise
+        except Exception as exc:
+            emit_run_outcome(run, raised(exc))
+            await akeep_records(self, run, cfg)
             raise
         except BaseException as exc:
             emit_run_outcome(run, raised(exc))

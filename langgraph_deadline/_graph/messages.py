@@ -4,7 +4,7 @@ open (so the history stays valid for the next turn), and a short reply to the us
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -20,6 +20,7 @@ __all__ = [
     "closing_reply",
     "closing_text",
     "messages_of",
+    "open_tool_calls",
     "unanswered_tool_calls",
 ]
 
@@ -49,6 +50,21 @@ def unanswered_tool_calls(messages: Sequence[BaseMessage] | None) -> list[ToolCa
         if isinstance(last, HumanMessage):
             break
     return []
+
+
+def open_tool_calls(state: Any) -> list[ToolCall]:
+    """The tool calls a node given `state` is there to answer and that have no answer yet: the
+    last assistant turn's, or the calls a `Send` gave it (`ToolNode` inputs: `create_agent` sends
+    each tool call on its own, as `[call]`; a `ToolCallWithContext` carries one)."""
+    if isinstance(state, Mapping) and state.get("__type") == "tool_call_with_context":
+        state = [state.get("tool_call")]
+    if isinstance(state, list) and state and all(_is_call(c) for c in state):
+        return [cast(ToolCall, c) for c in state]
+    return unanswered_tool_calls(messages_of(state))
+
+
+def _is_call(value: object) -> bool:
+    return isinstance(value, dict) and bool(value.get("id")) and isinstance(value.get("name"), str)
 
 
 class ToolResults(BaseCallbackHandler):

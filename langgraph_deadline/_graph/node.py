@@ -24,7 +24,7 @@ from .._core.run import run_async, run_sync
 from .._core.tracker import RunTracker, run_from_config
 from .._core.validate import check_cap, check_seconds
 from .ending import already_ended, finish, skipped
-from .messages import ToolResults, messages_of, unanswered_tool_calls
+from .messages import ToolResults, open_tool_calls
 from .seams import PASSTHROUGH, node_attempt, runs_on_a_thread
 from .settings import NodeSettings
 from .state import deadline_from_state
@@ -264,7 +264,7 @@ def _collecting_tool_results(
 ) -> tuple[RunnableConfig, dict[str, ToolMessage] | None]:
     """A node answering open tool calls (`ToolNode`) reports each finished call to a callback,
     so that if the node is cut, the answers it already had are kept."""
-    if not unanswered_tool_calls(messages_of(state)):
+    if not open_tool_calls(state):
         return config, None
     results = ToolResults()
     return merge_configs(config, {"callbacks": [results]}), results.by_call

@@ -29,7 +29,8 @@ def timeout_of(
     tool: str, plan: Plan, record: StepRecord, *, status: StepStatus | None = None
 ) -> ToolTimeout:
     """The facts of a planned call that ran out: its budget and what was left from `plan`, its
-    time from `record`, its status from `record` unless given."""
+    time and whether a write may have happened from `record`, its status from `record` unless
+    given."""
     return ToolTimeout(
         tool=tool,
         status=record.status if status is None else status,
@@ -37,6 +38,7 @@ def timeout_of(
         elapsed_s=record.elapsed_ms / 1000.0,
         remaining_s=plan.remaining,
         min_viable_s=plan.min_viable,
+        side_effect_started=record.side_effect_started,
     )
 
 

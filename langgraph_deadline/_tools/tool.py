@@ -227,12 +227,17 @@ class DeadlineTool(BaseTool):
             facts = tool_facts(status, record=rec, error=error, age_s=age)
             return answer(content, call_id=call_id, tool=self.name, facts=facts, status="success")
         record_child(rec, run)
-        if error is not None:
+        sent = rec.side_effect_started and self.options.idempotency_key is None
+        if error is not None and not sent:
             raise error
+        if error is not None:
+            # A write whose request may have left: answered, never raised, so that no retry
+            # layer (a node's RetryPolicy included) sends it again.
+            status = StepStatus.FAILED
         text = render(self.options.message, timeout_of(self.name, plan, rec, status=status))
         if call_id is None:
             return text
-        facts = tool_facts(status, record=rec)
+        facts = tool_facts(status, record=rec, error=error, side_effect_started=sent)
         return answer(text, call_id=call_id, tool=self.name, facts=facts)
 
     # -- the stale cache ---------------------------------------------------------------------------

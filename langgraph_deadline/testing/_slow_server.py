@@ -38,7 +38,10 @@ class ServedRequest:
 
 
 class SlowServer(Background):
-    """`GET /slow?delay=S&status=N` answers after S seconds; `/fast` at once; anything else 404.
+    """`GET /slow?delay=S&status=N&retry_after=R` answers after S seconds (with a `Retry-After`
+    header when asked); `/fast` at once; `/drop` reads the
+    request and closes the connection without an answer (a write whose reply is lost); anything
+    else 404.
 
     ```python
     with SlowServer() as server:
@@ -159,6 +162,10 @@ class SlowServer(Background):
     async def _answer(
         self, req: ServedRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
+        if req.path == "/drop":
+            req.disconnected = time.monotonic()
+            self._notify()
+            return False
         if req.path == "/slow":
             delay = float(req.query.get("delay", self.default_delay))
         elif req.path == "/fast":
@@ -181,8 +188,9 @@ class SlowServer(Background):
         status = req.status or int(req.query.get("status", "200"))
         req.status = status
         body = f'{{"path": "{req.path}", "delay": {delay}}}'.encode()
+        extra = f"retry-after: {req.query['retry_after']}\r\n" if "retry_after" in req.query else ""
         writer.write(
-            f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
+            f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{extra}"
             f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
