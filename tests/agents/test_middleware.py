@@ -34,11 +34,11 @@ from langgraph_deadline import (
 )
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.instrument import StepEvent, get_observers, set_observers
-from langgraph_deadline.testing import SlowServer
-from langgraph_deadline.testing._openai_server import (
+from langgraph_deadline.testing import (
     ChatReply,
     FakeOpenAIServer,
     ScriptedToolCall,
+    SlowServer,
 )
 from langgraph_deadline.testing._quiet import await_nothing_sent_after
 from tests.chat_models import openai_chat as chat
