@@ -96,8 +96,8 @@ def _slowness(run: TraceRun) -> tuple[float, float]:
 
 
 def read_trace(paths: Iterable[str | os.PathLike[str]]) -> Trace:
-    """Read JSON-lines traces (as written by `JsonlTraceWriter`). Lines that are not step or run
-    events are counted in `bad_lines` and skipped.
+    """Read JSON-lines traces (as written by `JsonlTraceWriter`). Tokens-after-deadline lines are
+    skipped; other lines that are not step or run events are counted in `bad_lines`.
 
     Raises:
         OSError: a file cannot be read.
@@ -118,6 +118,8 @@ def read_trace(paths: Iterable[str | os.PathLike[str]]) -> Trace:
                     elif kind == "run":
                         runs[str(data["run_id"])] = data
                         steps.setdefault(str(data["run_id"]), [])
+                    elif kind == "tokens_after_deadline":
+                        continue  # counted by the metrics backends, not part of the report
                     else:
                         bad += 1
                 except (ValueError, KeyError, TypeError, AttributeError):
