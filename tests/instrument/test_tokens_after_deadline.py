@@ -20,7 +20,7 @@ from langgraph_deadline import Terminal
 from langgraph_deadline._core.observe import TokensEvent, get_observers, set_observers
 from langgraph_deadline._instrument.callbacks import TOKENS_EVENT, CallbacksObserver
 from langgraph_deadline._instrument.jsonl import JsonlTraceWriter
-from langgraph_deadline._report.report import read_trace
+from langgraph_deadline._report.trace import read_trace
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from tests.chat_models import openai_chat as chat
