@@ -35,7 +35,7 @@ from pydantic import SecretStr
 
 from langgraph_deadline import Deadline, Terminal
 from langgraph_deadline.agents import DeadlineMiddleware
-from langgraph_deadline.testing._openai_server import ChatReply, FakeOpenAIServer
+from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 
 from ._common import Check, Section, Table, percentile
 

@@ -90,7 +90,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ._report.report import format_report, read_trace, step_stats
+    from ._report.report import format_report
+    from ._report.stats import step_stats
+    from ._report.trace import read_trace
 
     if not (args.headroom >= 1.0 and args.headroom < float("inf")):
         parser.error(f"--headroom must be a finite number >= 1, got {args.headroom}")

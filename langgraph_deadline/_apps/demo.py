@@ -213,7 +213,9 @@ def _table(rows: list[Row]) -> str:
 def _plot(trace: Path, path: str) -> str:
     try:
         from .._report.plot import write_plot
-        from .._report.report import format_report, read_trace, step_stats
+        from .._report.report import format_report
+        from .._report.stats import step_stats
+        from .._report.trace import read_trace
     except ImportError:
         return "(waterfall skipped: install the 'plot' extra for matplotlib)"
     data = read_trace([trace])

@@ -1,6 +1,8 @@
 """Where step records and run outcomes go besides graph state: observers, stamina-style.
 
-An observer is any object with `on_step(event)` and `on_run(event)`. `set_observers(None)`
+An observer is any object with `on_step(event)` and `on_run(event)`, and optionally
+`on_tokens_after_deadline(event)` for the tokens a model step streamed after its deadline
+(a `TokensEvent`; observers without it are skipped). `set_observers(None)`
 restores the defaults, `set_observers([])` switches instrumentation off. Observers must be
 quick and must not raise: an error in one is logged and dropped, never the run's problem.
 
@@ -64,7 +66,13 @@ class TokensEvent:
 
 @runtime_checkable
 class Observer(Protocol):
-    """Receives every step record and run outcome. Keep it fast; never raise."""
+    """Receives every step record and run outcome. Keep it fast; never raise.
+
+    An observer may also define `on_tokens_after_deadline(event: TokensEvent) -> None`: called
+    when a streamed model call is cut by its deadline, with the tokens that arrived after it
+    (paid for, never read). Optional, so it is not part of this protocol's required methods;
+    the built-in backends (callbacks, OpenTelemetry, Prometheus, JSON lines) all define it.
+    """
 
     def on_step(self, event: StepEvent) -> None: ...
 

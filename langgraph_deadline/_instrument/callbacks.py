@@ -9,20 +9,22 @@ from langchain_core.callbacks import BaseCallbackManager, dispatch_custom_event
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 
-from .._core.observe import RunEvent, StepEvent, run_fields, step_fields
+from .._core.observe import RunEvent, StepEvent, TokensEvent, run_fields, step_fields
 
-__all__ = ["RUN_EVENT", "STEP_EVENT", "CallbacksObserver"]
+__all__ = ["RUN_EVENT", "STEP_EVENT", "TOKENS_EVENT", "CallbacksObserver"]
 
 log = logging.getLogger("langgraph_deadline")
 
 STEP_EVENT: Final = "langgraph_deadline.step"
 RUN_EVENT: Final = "langgraph_deadline.run"
+TOKENS_EVENT: Final = "langgraph_deadline.tokens_after_deadline"
 
 
 class CallbacksObserver:
     """Dispatch every step record (`"langgraph_deadline.step"`) and run outcome
     (`"langgraph_deadline.run"`) as a LangChain custom event to the callbacks of the runnable
-    that is current where the step ended: a node's, a tool's.
+    that is current where the step ended: a node's, a tool's. Tokens a model streamed after its
+    deadline go as `"langgraph_deadline.tokens_after_deadline"` (`step`, `tokens`, `run_id`).
 
     The data is a plain dict of names and numbers (see `step_fields`). Dispatch is synchronous,
     from sync code, async code and threads alike: sync handlers run inline, async handlers run
@@ -41,6 +43,11 @@ class CallbacksObserver:
     def on_run(self, event: RunEvent) -> None:
         if (config := _listening()) is not None:
             _dispatch(RUN_EVENT, run_fields(event), config)
+
+    def on_tokens_after_deadline(self, event: TokensEvent) -> None:
+        if (config := _listening()) is not None:
+            data = {"run_id": event.run_id, "step": event.step, "tokens": event.tokens}
+            _dispatch(TOKENS_EVENT, data, config)
 
     def __repr__(self) -> str:
         return "CallbacksObserver()"

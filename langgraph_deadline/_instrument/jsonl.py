@@ -10,7 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Final
 
-from .._core.observe import RunEvent, StepEvent, run_fields, step_fields
+from .._core.observe import RunEvent, StepEvent, TokensEvent, run_fields, step_fields
 
 __all__ = ["TRACE_VERSION", "JsonlTraceWriter"]
 
@@ -22,7 +22,9 @@ TRACE_VERSION: Final = 1
 class JsonlTraceWriter:
     """An observer that appends one JSON object per line to `path`: one per step
     (`{"event": "step", "run_id": ..., "name": ..., "elapsed_ms": ..., ...}`) and one per run
-    (`{"event": "run", "run_id": ..., "terminal": ..., "started_at": ..., "deadline_at": ...}`).
+    (`{"event": "run", "run_id": ..., "terminal": ..., "started_at": ..., "deadline_at": ...}`),
+    and one per model step that streamed tokens after its deadline
+    (`{"event": "tokens_after_deadline", "step": ..., "tokens": ..., "run_id": ...}`).
 
     The fields are those of `step_fields` / `run_fields`: names and numbers, nothing from the
     state. Safe to share between threads; each line is flushed as it is written, so a crashed
@@ -44,6 +46,17 @@ class JsonlTraceWriter:
 
     def on_run(self, event: RunEvent) -> None:
         self._write({"v": TRACE_VERSION, "event": "run", **run_fields(event)})
+
+    def on_tokens_after_deadline(self, event: TokensEvent) -> None:
+        self._write(
+            {
+                "v": TRACE_VERSION,
+                "event": "tokens_after_deadline",
+                "run_id": event.run_id,
+                "step": event.step,
+                "tokens": event.tokens,
+            }
+        )
 
     def _write(self, data: dict[str, Any]) -> None:
         line = json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n"

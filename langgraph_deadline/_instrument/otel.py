@@ -6,13 +6,15 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._core.observe import Field, RunEvent, StepEvent, run_fields, step_fields
+from .._core.observe import Field, RunEvent, StepEvent, TokensEvent, run_fields, step_fields
 from .._core.records import StepStatus, Terminal
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-__all__ = ["OtelObserver"]
+__all__ = ["TOKENS_EVENT", "OtelObserver"]
+
+TOKENS_EVENT = "langgraph_deadline.tokens_after_deadline"
 
 _STEP_ERRORS = frozenset(
     {StepStatus.TIMED_OUT, StepStatus.ABANDONED, StepStatus.SKIPPED, StepStatus.FAILED}
@@ -32,6 +34,10 @@ class OtelObserver:
     and share `deadline.run_id`. Timed-out, abandoned, skipped and failed steps, and runs that
     did not complete, get an error status. The run's outcome is also added as an event to the
     current span when it is recording.
+
+    Tokens a model streamed after its deadline are an event named `TOKENS_EVENT`
+    (`deadline.step`, `deadline.tokens`, `deadline.run_id`) on the current span when it is
+    recording, else a zero-length span of that name, so they are never dropped.
 
     Raises:
         ImportError: `opentelemetry-api` is not installed
@@ -82,6 +88,19 @@ class OtelObserver:
         current = self._current_span()
         if current.is_recording():
             current.add_event("langgraph_deadline.run", attributes=attributes)
+
+    def on_tokens_after_deadline(self, event: TokensEvent) -> None:
+        fields: dict[str, Field] = {
+            "run_id": event.run_id,
+            "step": event.step,
+            "tokens": event.tokens,
+        }
+        attributes = _attributes(fields)
+        current = self._current_span()
+        if current.is_recording():
+            current.add_event(TOKENS_EVENT, attributes=attributes)
+        else:
+            self._tracer.start_span(TOKENS_EVENT, attributes=attributes).end()
 
     def __repr__(self) -> str:
         return "OtelObserver()"

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from .._core.records import StepRecord, StepStatus
-from .report import StepStats, Trace, TraceRun
+from .stats import StepStats
+from .trace import Trace, TraceRun
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -4,6 +4,7 @@ what they saw (was the connection closed? how many tokens were sent after the de
 `FakeOpenAIServer` needs the `asgi` extra (starlette, uvicorn); it is imported on first use.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from .._core.clock import ManualClock
@@ -11,7 +12,9 @@ from ._quiet import RecordingServer, assert_nothing_sent_after, await_nothing_se
 from ._slow_server import ServedRequest, SlowServer
 
 if TYPE_CHECKING:
-    from ._openai_server import ChatReply, FakeOpenAIServer, ScriptedToolCall, ServedChatRequest
+    from ._chat_record import ServedChatRequest
+    from ._chat_script import ChatReply, ScriptedToolCall
+    from ._openai_server import FakeOpenAIServer
 
 __all__ = [
     "ChatReply",
@@ -26,12 +29,15 @@ __all__ = [
     "await_nothing_sent_after",
 ]
 
-_LAZY = {"ChatReply", "FakeOpenAIServer", "ScriptedToolCall", "ServedChatRequest"}
+_LAZY = {
+    "ChatReply": "_chat_script",
+    "FakeOpenAIServer": "_openai_server",
+    "ScriptedToolCall": "_chat_script",
+    "ServedChatRequest": "_chat_record",
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from . import _openai_server
-
-        return getattr(_openai_server, name)
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

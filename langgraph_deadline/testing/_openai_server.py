@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
-import math
-import re
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -30,271 +26,17 @@ import anyio.to_thread
 if TYPE_CHECKING:
     import uvicorn
     from starlette.applications import Starlette
-    from starlette.types import Message, Receive, Scope, Send
+    from starlette.types import Receive, Scope, Send
 
 from ._background import Background
+from ._chat_record import ServedChatRequest, disconnects
+from ._chat_script import ChatReply, check_seconds
+from ._openai_wire import AsgiEndpoint, Exchange, parse_body
 
-__all__ = ["ChatReply", "FakeOpenAIServer", "ScriptedToolCall", "ServedChatRequest"]
+__all__ = ["DEFAULT_CHUNK_INTERVAL", "FakeOpenAIServer"]
 
 DEFAULT_CHUNK_INTERVAL = 0.005
 """Seconds between two token chunks of a stream, unless the server or the reply says otherwise."""
-
-_ARGUMENT_PIECE = 8  # a tool call's JSON arguments are streamed in pieces of this many characters
-_WORDS = re.compile(r"\s*\S+|\s+")
-
-
-def _check_seconds(name: str, value: float, *, allow_inf: bool = False) -> float:
-    value = float(value)
-    if math.isnan(value) or value < 0 or (math.isinf(value) and not allow_inf):
-        raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    return value
-
-
-# -- the script ------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ScriptedToolCall:
-    """One tool call the model "decides" to make. `arguments` is sent as JSON text (a string is
-    sent as is, so a test can also send broken JSON). `id` defaults to `call_<request>_<index>`."""
-
-    name: str
-    arguments: Mapping[str, Any] | str = dataclasses.field(default_factory=dict)
-    id: str | None = None
-
-    @property
-    def arguments_json(self) -> str:
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(dict(self.arguments))
-
-
-@dataclasses.dataclass(frozen=True)
-class ChatReply:
-    """One scripted answer. Build it with the class methods:
-
-    - `ChatReply.text("Hello there")` streams `"Hello"`, `" there"` (or pass the tokens yourself);
-    - `ChatReply.counting(50)` streams `"1"`, `" 2"`, ... `" 50"` (a long answer, easy to check);
-    - `ChatReply.tool_call("search", {"q": "x"})`, `ChatReply.tool_calls(call1, call2)`;
-    - `ChatReply.error(500)`, `ChatReply.rate_limited(retry_after=1.0)`;
-    - `ChatReply.hang()`: never answers; the request stays open until the client leaves.
-
-    Every kind takes `delay` (seconds before the first byte, i.e. before the status line; may be
-    `math.inf`) and `headers` (extra response headers). Streams take `chunk_interval` (seconds
-    before each token chunk; defaults to the server's).
-    """
-
-    tokens: tuple[str, ...] = ()
-    calls: tuple[ScriptedToolCall, ...] = ()
-    status: int = 200
-    error_message: str | None = None
-    retry_after: float | None = None
-    delay: float = 0.0
-    chunk_interval: float | None = None
-    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        _check_seconds("delay", self.delay, allow_inf=True)
-        if self.chunk_interval is not None:
-            _check_seconds("chunk_interval", self.chunk_interval)
-        if self.retry_after is not None:
-            _check_seconds("retry_after", self.retry_after)
-        if self.status != 200 and not 400 <= self.status <= 599:
-            raise ValueError(f"status must be 200 or an error 400..599, got {self.status!r}")
-        if self.status != 200 and (self.tokens or self.calls):
-            raise ValueError("an error reply carries no tokens or tool calls")
-
-    # -- builders -----------------------------------------------------------------------------
-
-    @classmethod
-    def text(
-        cls,
-        content: str | Sequence[str],
-        *,
-        delay: float = 0.0,
-        chunk_interval: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> ChatReply:
-        """A text answer; a string is split into word tokens (each keeps its leading space)."""
-        tokens = tuple(_WORDS.findall(content)) if isinstance(content, str) else tuple(content)
-        return cls(
-            tokens=tokens, delay=delay, chunk_interval=chunk_interval, headers=dict(headers or {})
-        )
-
-    @classmethod
-    def counting(
-        cls,
-        n: int,
-        *,
-        delay: float = 0.0,
-        chunk_interval: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> ChatReply:
-        """A text answer of `n` tokens: `"1"`, `" 2"`, ..., `f" {n}"`."""
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n!r}")
-        tokens = ["1", *(f" {i}" for i in range(2, n + 1))]
-        return cls.text(tokens, delay=delay, chunk_interval=chunk_interval, headers=headers)
-
-    @classmethod
-    def tool_call(
-        cls,
-        name: str,
-        arguments: Mapping[str, Any] | str | None = None,
-        *,
-        id: str | None = None,
-        text: str | None = None,
-        delay: float = 0.0,
-        chunk_interval: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> ChatReply:
-        """The model calls one tool (after saying `text`, if given)."""
-        call = ScriptedToolCall(name, {} if arguments is None else arguments, id)
-        return cls.tool_calls(
-            call, text=text, delay=delay, chunk_interval=chunk_interval, headers=headers
-        )
-
-    @classmethod
-    def tool_calls(
-        cls,
-        *calls: ScriptedToolCall,
-        text: str | None = None,
-        delay: float = 0.0,
-        chunk_interval: float | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> ChatReply:
-        """The model calls several tools in one turn (parallel tool calls)."""
-        if not calls:
-            raise ValueError("tool_calls needs at least one ScriptedToolCall")
-        return cls(
-            tokens=tuple(_WORDS.findall(text or "")),
-            calls=tuple(calls),
-            delay=delay,
-            chunk_interval=chunk_interval,
-            headers=dict(headers or {}),
-        )
-
-    @classmethod
-    def error(
-        cls,
-        status: int = 500,
-        message: str | None = None,
-        *,
-        retry_after: float | None = None,
-        delay: float = 0.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> ChatReply:
-        """An OpenAI-style JSON error. `retry_after` (seconds) sets the `Retry-After` header."""
-        if status < 400:
-            raise ValueError(f"an error status is >= 400, got {status!r}")
-        return cls(
-            status=status,
-            error_message=message,
-            retry_after=retry_after,
-            delay=delay,
-            headers=dict(headers or {}),
-        )
-
-    @classmethod
-    def rate_limited(
-        cls,
-        retry_after: float | None = None,
-        message: str = "Rate limit reached (scripted).",
-        *,
-        delay: float = 0.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> ChatReply:
-        """A 429, optionally with `Retry-After`."""
-        return cls.error(429, message, retry_after=retry_after, delay=delay, headers=headers)
-
-    @classmethod
-    def hang(cls) -> ChatReply:
-        """Never send a byte: the request stays open until the client goes away."""
-        return cls(delay=math.inf)
-
-    # -- what it means ------------------------------------------------------------------------
-
-    @property
-    def content(self) -> str:
-        return "".join(self.tokens)
-
-    @property
-    def is_error(self) -> bool:
-        return self.status != 200
-
-
-# -- what the server saw ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class ServedChatRequest:
-    """One request to `/v1/chat/completions`. Times are `time.monotonic()` readings.
-
-    A *chunk* here is a token chunk: one SSE event carrying content or a tool-call delta. The
-    framing events (the opening role delta, the finish delta, the usage event, `[DONE]`) are
-    sent but not counted.
-
-    Each time is taken just after the server handed the bytes to the socket, so a fast client
-    can see a response end before `ended` (or `status`) is filled in: `wait_idle()` first.
-    Everything sent before a disconnect is recorded before `disconnected` is.
-    """
-
-    index: int
-    started: float
-    body: dict[str, Any]
-    headers: dict[str, str] = dataclasses.field(repr=False)  # lower-cased names
-    reply: ChatReply
-    status: int | None = None
-    first_byte: float | None = None  # the status line and headers were sent
-    chunk_times: list[float] = dataclasses.field(default_factory=list)
-    ended: float | None = None  # the whole response was written
-    disconnected: float | None = None  # the client went away before the end
-    cut_by_shutdown: bool = False  # the server stopped while this response was open
-
-    @property
-    def stream(self) -> bool:
-        return bool(self.body.get("stream", False))
-
-    @property
-    def messages(self) -> int:
-        msgs = self.body.get("messages")
-        return len(msgs) if isinstance(msgs, list) else 0
-
-    @property
-    def model(self) -> str | None:
-        model = self.body.get("model")
-        return model if isinstance(model, str) else None
-
-    @property
-    def chunks_sent(self) -> int:
-        return len(self.chunk_times)
-
-    @property
-    def retry_count(self) -> int:
-        """The OpenAI SDK's `x-stainless-retry-count` header: 0 for a first attempt."""
-        try:
-            return int(self.headers.get("x-stainless-retry-count", "0"))
-        except ValueError:
-            return 0
-
-    @property
-    def read_timeout(self) -> float | None:
-        """The OpenAI SDK's `x-stainless-read-timeout` header: the timeout it gave this request."""
-        try:
-            return float(self.headers["x-stainless-read-timeout"])
-        except (KeyError, ValueError):
-            return None
-
-    @property
-    def open(self) -> bool:
-        """Still being answered: not ended, not disconnected, not cut by the server stopping."""
-        return self.ended is None and self.disconnected is None and not self.cut_by_shutdown
-
-    def chunks_sent_after(self, t: float) -> int:
-        return sum(c > t for c in self.chunk_times)
-
-
-# -- the server ------------------------------------------------------------------------------------
 
 
 class FakeOpenAIServer(Background):
@@ -323,7 +65,7 @@ class FakeOpenAIServer(Background):
         host: str = "127.0.0.1",
         model: str = "fake-model",
     ) -> None:
-        self.chunk_interval = _check_seconds("chunk_interval", chunk_interval)
+        self.chunk_interval = check_seconds("chunk_interval", chunk_interval)
         self.default_reply = default_reply or ChatReply.text("This is the default reply.")
         self.host = host
         self.port = 0
@@ -462,10 +204,10 @@ class FakeOpenAIServer(Background):
 
     def wait_disconnected(self, timeout: float, *, count: int = 1) -> bool:
         """Until at least `count` requests saw their client go away before the end."""
-        return self.wait_for(lambda rs: _disconnects(rs) >= count, timeout)
+        return self.wait_for(lambda rs: disconnects(rs) >= count, timeout)
 
     async def await_disconnected(self, timeout: float, *, count: int = 1) -> bool:
-        return await self.await_for(lambda rs: _disconnects(rs) >= count, timeout)
+        return await self.await_for(lambda rs: disconnects(rs) >= count, timeout)
 
     def wait_requests(self, count: int, timeout: float) -> bool:
         """Until at least `count` requests have arrived."""
@@ -517,7 +259,7 @@ class FakeOpenAIServer(Background):
         return Starlette(
             routes=[
                 Route(
-                    "/v1/chat/completions", _AsgiEndpoint(self._chat_completions), methods=["POST"]
+                    "/v1/chat/completions", AsgiEndpoint(self._chat_completions), methods=["POST"]
                 ),
                 Route("/v1/models", models, methods=["GET"]),
             ]
@@ -540,17 +282,7 @@ class FakeOpenAIServer(Background):
         except ClientDisconnect:  # gone before the request was even complete: not recorded
             return
         headers = {k.lower(): v for k, v in request.headers.items()}
-        body: dict[str, Any] = {}
-        bad: str | None = None
-        try:
-            parsed = json.loads(raw or b"{}")
-        except ValueError as exc:
-            bad = str(exc)
-        else:
-            if isinstance(parsed, dict):
-                body = parsed
-            else:
-                bad = "the body is not a JSON object"
+        body, bad = parse_body(raw)
         with self._changed:
             if bad is not None:  # answered 400; the script is not consumed
                 reply = ChatReply.error(400, f"invalid JSON body: {bad}")
@@ -559,263 +291,4 @@ class FakeOpenAIServer(Background):
             rec = ServedChatRequest(len(self.requests), started, body, headers, reply)
             self.requests.append(rec)
             self._changed.notify_all()
-        await _Exchange(self, rec, receive, send).run()
-
-
-class _AsgiEndpoint:
-    """Starlette serves an endpoint that is neither a function nor a method as a raw ASGI app."""
-
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.app(scope, receive, send)
-
-
-def _disconnects(requests: list[ServedChatRequest]) -> int:
-    return sum(r.disconnected is not None for r in requests)
-
-
-class _Exchange:
-    """One response: waits, streams or answers, and watches for the client going away."""
-
-    def __init__(
-        self, server: FakeOpenAIServer, rec: ServedChatRequest, receive: Receive, send: Send
-    ) -> None:
-        self.server = server
-        self.rec = rec
-        self.reply = rec.reply
-        self._receive = receive
-        self._send = send
-        self.gone = asyncio.Event()  # the client left, or the server is stopping
-        self.finishing = False  # the last body part is on its way: a disconnect now is the end
-        self.completion_id = f"chatcmpl-fake{rec.index}"
-        self.model = rec.model or server.model
-        self.created = int(time.time())
-        interval = self.reply.chunk_interval
-        self.interval = server.chunk_interval if interval is None else interval
-
-    async def run(self) -> None:
-        listener = asyncio.ensure_future(self._listen())
-        self.server._wakers.add(self.gone)
-        if self.server._stopping:
-            self.gone.set()
-        try:
-            if await self._pause(self.reply.delay):
-                return
-            if self.reply.is_error:
-                await self._error()
-            elif self.rec.stream:
-                await self._stream()
-            else:
-                await self._complete()
-        except OSError:  # a server that reports a dead client by failing the send
-            self._mark_disconnected()
-        finally:
-            self.server._wakers.discard(self.gone)
-            listener.cancel()
-            await asyncio.wait([listener])  # unlike `await listener`, keeps our own cancellation
-            if self.rec.ended is None and self.rec.disconnected is None:
-                await self._cut()
-
-    async def _cut(self) -> None:
-        """The server is stopping with this response unfinished: end it (503 if not started)."""
-        self.server._notify(lambda: setattr(self.rec, "cut_by_shutdown", True))
-        self.finishing = True
-        with contextlib.suppress(Exception):
-            if self.rec.status is None:
-                await self._start(503, "application/json", {})
-                body = {"error": {"message": "The fake server stopped.", "type": "server_error"}}
-                await self._send({"type": "http.response.body", "body": json.dumps(body).encode()})
-            else:
-                await self._send({"type": "http.response.body", "body": b""})
-
-    async def _listen(self) -> None:
-        """uvicorn answers `receive()` with `http.disconnect` as soon as the socket closes (and
-        calling it is what makes uvicorn read the socket again, so it notices at all)."""
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                if not self.finishing:
-                    self._mark_disconnected()
-                return
-
-    def _mark_disconnected(self) -> None:
-        if self.rec.disconnected is None and self.rec.ended is None:
-            now = time.monotonic()
-            self.server._notify(lambda: setattr(self.rec, "disconnected", now))
-        self.gone.set()
-
-    async def _pause(self, seconds: float) -> bool:
-        """Sleep `seconds` (may be inf); True if the client left (or the server stops) first."""
-        if self.gone.is_set():
-            return True
-        if seconds <= 0:
-            await asyncio.sleep(0)  # let the disconnect listener run even at full speed
-            return self.gone.is_set()
-        try:
-            async with asyncio.timeout(None if math.isinf(seconds) else seconds):
-                await self.gone.wait()
-        except TimeoutError:
-            return False
-        return True
-
-    # -- sending ------------------------------------------------------------------------------
-
-    async def _start(self, status: int, content_type: str, extra: Mapping[str, str]) -> None:
-        headers = {
-            "content-type": content_type,
-            "x-request-id": f"req_fake{self.rec.index}",
-            **{k.lower(): v for k, v in self.reply.headers.items()},
-            **{k.lower(): v for k, v in extra.items()},
-        }
-        message: Message = {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
-        }
-        await self._send(message)
-        now = time.monotonic()
-
-        def record() -> None:
-            self.rec.status = status
-            self.rec.first_byte = now
-
-        self.server._notify(record)
-
-    async def _body(self, data: bytes, *, more: bool, chunk: bool = False) -> bool:
-        """Send a body part; False (nothing sent) if the client left or the server is stopping."""
-        if self.gone.is_set():
-            return False
-        if not more:
-            self.finishing = True
-        await self._send({"type": "http.response.body", "body": data, "more_body": more})
-        now = time.monotonic()
-        if chunk:
-            self.server._notify(lambda: self.rec.chunk_times.append(now))
-        if not more:
-            self.server._notify(lambda: setattr(self.rec, "ended", now))
-        return True
-
-    async def _error(self) -> None:
-        status = self.reply.status
-        kind = {
-            400: "invalid_request_error",
-            401: "authentication_error",
-            404: "not_found_error",
-            429: "rate_limit_exceeded",
-        }.get(status, "server_error")
-        message = self.reply.error_message or f"Scripted error {status}."
-        payload = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
-        extra = {}
-        if self.reply.retry_after is not None:
-            extra["retry-after"] = f"{self.reply.retry_after:g}"
-        await self._start(status, "application/json", extra)
-        await self._body(json.dumps(payload).encode(), more=False)
-
-    def _tool_calls(self) -> list[tuple[str, str, str]]:
-        return [
-            (call.id or f"call_fake{self.rec.index}_{i}", call.name, call.arguments_json)
-            for i, call in enumerate(self.reply.calls)
-        ]
-
-    def _usage(self, prompt: int, completion: int) -> dict[str, int]:
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-
-    def _prompt_tokens(self) -> int:
-        messages = self.rec.body.get("messages")
-        if not isinstance(messages, list):
-            return 0
-        return sum(len(_WORDS.findall(json.dumps(m))) for m in messages)
-
-    async def _complete(self) -> None:
-        """Non-streaming: the whole answer after as long as streaming it would have taken."""
-        calls = self._tool_calls()
-        n_tokens = len(self.reply.tokens) + sum(
-            1 + math.ceil(len(args) / _ARGUMENT_PIECE) for _, _, args in calls
-        )
-        if await self._pause(n_tokens * self.interval):
-            return
-        message: dict[str, Any] = {
-            "role": "assistant",
-            "content": self.reply.content or (None if calls else ""),
-            "refusal": None,
-        }
-        if calls:
-            message["tool_calls"] = [
-                {"id": id_, "type": "function", "function": {"name": name, "arguments": args}}
-                for id_, name, args in calls
-            ]
-        payload = {
-            "id": self.completion_id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": "fp_fake",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "logprobs": None,
-                    "finish_reason": "tool_calls" if calls else "stop",
-                }
-            ],
-            "usage": self._usage(self._prompt_tokens(), n_tokens),
-        }
-        await self._start(200, "application/json", {})
-        await self._body(json.dumps(payload).encode(), more=False)
-
-    def _event(
-        self, delta: dict[str, Any] | None, finish: str | None = None, usage: Any = None
-    ) -> bytes:
-        choices = (
-            []
-            if delta is None
-            else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
-        )
-        chunk: dict[str, Any] = {
-            "id": self.completion_id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": "fp_fake",
-            "choices": choices,
-        }
-        if self.include_usage:
-            chunk["usage"] = usage
-        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
-
-    @property
-    def include_usage(self) -> bool:
-        options = self.rec.body.get("stream_options")
-        return isinstance(options, dict) and bool(options.get("include_usage"))
-
-    async def _stream(self) -> None:
-        calls = self._tool_calls()
-        await self._start(200, "text/event-stream", {"cache-control": "no-cache"})
-        opener = {"role": "assistant", "content": None if calls and not self.reply.tokens else ""}
-        if not await self._body(self._event(opener), more=True):
-            return
-        sent = 0
-        deltas: list[dict[str, Any]] = [{"content": token} for token in self.reply.tokens]
-        for i, (id_, name, args) in enumerate(calls):
-            head = {"index": i, "id": id_, "type": "function"}
-            deltas.append({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]})
-            for p in range(0, len(args), _ARGUMENT_PIECE):
-                piece = args[p : p + _ARGUMENT_PIECE]
-                deltas.append({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-        for delta in deltas:
-            if await self._pause(self.interval):
-                return
-            if not await self._body(self._event(delta), more=True, chunk=True):
-                return
-            sent += 1
-        finish = "tool_calls" if calls else "stop"
-        tail = self._event({}, finish)
-        if self.include_usage:
-            tail += self._event(None, usage=self._usage(self._prompt_tokens(), sent))
-        await self._body(tail + b"data: [DONE]\n\n", more=False)  # one write: no gap to race
+        await Exchange(self, rec, receive, send).run()

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph_deadline import StepRecord, StepStatus, Terminal
 from langgraph_deadline._agents.closing import give_up
 from langgraph_deadline.agents import DeadlineMiddleware
-from langgraph_deadline.testing._openai_server import (
+from langgraph_deadline.testing import (
     ChatReply,
     FakeOpenAIServer,
     ScriptedToolCall,

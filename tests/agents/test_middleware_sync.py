@@ -16,7 +16,7 @@ from langgraph_deadline import Deadline, StepStatus, Terminal
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.http import deadline_hooks
 from langgraph_deadline.instrument import PrometheusObserver, get_observers, set_observers
-from langgraph_deadline.testing._openai_server import ChatReply, FakeOpenAIServer
+from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from langgraph_deadline.testing._quiet import assert_nothing_sent_after
 from tests.chat_models import openai_chat as chat
 

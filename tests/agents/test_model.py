@@ -24,7 +24,7 @@ from langgraph_deadline import (
 )
 from langgraph_deadline._agents.model import ModelLimits
 from langgraph_deadline.agents import budgeted_model
-from langgraph_deadline.testing._openai_server import ChatReply, FakeOpenAIServer
+from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from langgraph_deadline.testing._quiet import assert_nothing_sent_after, await_nothing_sent_after
 from tests.chat_models import openai_chat as chat
 

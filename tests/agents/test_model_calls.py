@@ -16,11 +16,11 @@ from langgraph_deadline import (
     Terminal,
 )
 from langgraph_deadline.agents import DeadlineMiddleware
-from langgraph_deadline.testing._openai_server import (
+from langgraph_deadline.testing import (
     ChatReply,
     FakeOpenAIServer,
+    await_nothing_sent_after,
 )
-from langgraph_deadline.testing._quiet import await_nothing_sent_after
 from tests.agents.support import MARGIN, SLOW, ask, deadline_of, orders
 from tests.chat_models import openai_chat as chat
 

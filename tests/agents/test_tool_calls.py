@@ -21,11 +21,11 @@ from langgraph_deadline import (
     remaining,
 )
 from langgraph_deadline.agents import DeadlineMiddleware
-from langgraph_deadline.testing import SlowServer
-from langgraph_deadline.testing._openai_server import (
+from langgraph_deadline.testing import (
     ChatReply,
     FakeOpenAIServer,
     ScriptedToolCall,
+    SlowServer,
 )
 from tests.agents.support import MARGIN, ask, orders
 from tests.chat_models import openai_chat as chat
