@@ -201,7 +201,9 @@ class Deadline:
     def __repr__(self) -> str:
         left = self._mono - self._clock.monotonic()
         try:
-            when = _dt.datetime.fromtimestamp(self._wall, _dt.UTC).isoformat(timespec="milliseconds")
+            when = _dt.datetime.fromtimestamp(self._wall, _dt.UTC).isoformat(
+                timespec="milliseconds"
+            )
         except (OverflowError, ValueError, OSError):  # outside datetime's years 1 to 9999
             when = f"{self._wall:.6g} (epoch s)"
         return f"Deadline(at={when}, remaining={left:.3f}s)"
@@ -218,7 +220,9 @@ def earliest(*deadlines: Deadline | None) -> Deadline | None:
         if d is None:
             continue
         if not isinstance(d, Deadline):
-            raise TypeError(f"earliest() takes Deadlines or None, got {type(d).__name__}: {show(d)}")
+            raise TypeError(
+                f"earliest() takes Deadlines or None, got {type(d).__name__}: {show(d)}"
+            )
         if best is None or d < best:
             best = d
     return best

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._core.clock import SYSTEM_CLOCK, Clock
 from .._core.deadline import Deadline
 from .._core.records import Terminal
 from .._core.validate import check_cap, check_flag, check_seconds
-from .exchange import ASGIApp, Exchange, Receive, Scope, Send, answer
-from .format import WIRE, HeaderError, WireFormat, clamp, error_body, read
+from .exchange import Exchange, Receive, Scope, Send, answer
+from .format import WIRE, WireFormat, clamp, error_body, read
 
 __all__ = ["DeadlineASGIMiddleware"]
 
@@ -32,7 +33,8 @@ class DeadlineASGIMiddleware:
       `{"terminal": "deadline_exceeded", "step": ..., "detail": ...}`. If the response had
       already started, the connection is cut instead (a status cannot be taken back).
     - The client disconnects: the handler is cancelled (its steps end as `cancelled`).
-    - A malformed deadline header: ignored with a logged warning, or 400 when `strict`.
+    - A malformed deadline value: ignored with a logged warning (a valid one beside it still
+      counts), or 400 when `strict`.
 
     Args:
         max_timeout: the most any request may get, in seconds; None for no cap (not advised).
@@ -94,19 +96,17 @@ class DeadlineASGIMiddleware:
             await self.app(scope, receive, send)
             return
         where = f"{scope.get('method', '')} {scope.get('path', '')}"
-        try:
-            got = read(scope["headers"], wire=self.wire, max_skew=self.max_skew, clock=self.clock)
-        except HeaderError as exc:
+        got = read(scope["headers"], wire=self.wire, max_skew=self.max_skew, clock=self.clock)
+        if got.errors:
+            detail = "; ".join(got.errors)
             if self.strict:
-                body = json.dumps({"error": "bad_deadline_header", "detail": str(exc)})
+                body = json.dumps({"error": "bad_deadline_header", "detail": detail})
                 await answer(send, 400, body.encode())
                 return
-            log.warning("%s: ignored a malformed deadline header: %s", where, exc)
-            received = None
-        else:
-            received = got.deadline
-            if got.skew is not None:
-                log.debug("%s: absolute deadline %+.3f s off: ignored", where, got.skew)
+            log.warning("%s: ignored a malformed deadline header: %s", where, detail)
+        if got.skew is not None:
+            log.debug("%s: absolute deadline %+.3f s off: ignored", where, got.skew)
+        received = got.deadline
         deadline = clamp(
             received,
             max_timeout=self.max_timeout,
