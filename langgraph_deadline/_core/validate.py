@@ -12,7 +12,15 @@ from __future__ import annotations
 import math
 from typing import Final
 
-__all__ = ["MAX_SECONDS", "check_cap", "check_flag", "check_number", "check_seconds", "show"]
+__all__ = [
+    "MAX_SECONDS",
+    "check_cap",
+    "check_flag",
+    "check_number",
+    "check_seconds",
+    "check_timestamp",
+    "show",
+]
 
 MAX_SECONDS: Final = 3_155_760_000.0  # 100 years of 365.25 days
 
@@ -62,6 +70,20 @@ def check_seconds(value: object, name: str) -> float:
             f"{name} must be at most {MAX_SECONDS:.0f} seconds (100 years), got {show(value)}"
             " (milliseconds passed as seconds? for no limit, pass None where it is allowed)"
         )
+    return seconds
+
+
+def check_timestamp(value: object, name: str) -> float:
+    """`value` as epoch seconds: a finite number >= 0, with no 100-year maximum (an instant is
+    not a duration: use `Deadline.at` to refuse ones no one means).
+
+    Raises:
+        TypeError: not an int or float (bool, str and None included).
+        ValueError: negative, NaN, infinite, or beyond any float.
+    """
+    seconds = check_number(value, name, "epoch seconds")
+    if seconds < 0:
+        raise ValueError(f"{name} must be epoch seconds >= 0, got {show(value)}")
     return seconds
 
 
