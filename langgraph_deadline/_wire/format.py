@@ -24,6 +24,7 @@ from .._core.clock import SYSTEM_CLOCK, Clock
 from .._core.deadline import Deadline, earliest
 
 __all__ = [
+    "BODY_MAX",
     "WIRE",
     "HeaderError",
     "Received",
@@ -35,10 +36,10 @@ __all__ = [
     "read",
 ]
 
-_ABSURD_S: Final = 1e9  # what a relative value of 13 digits or more (>= 31 years) is read as
+_ABSURD_S: Final = 1e9  # what a relative value of 31 years or more is read as ('forever')
 _GRPC_UNITS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _EPOCH_MS_MIN: Final = 100_000_000_000  # 1973: anything smaller is seconds, not milliseconds
-_BODY_MAX: Final = 4096
+BODY_MAX: Final = 4096  # bytes: a longer body is not a deadline answer
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP field name (RFC 9110)
 _ERRORS_KEPT: Final = 3  # malformed values named in `Received.errors`; the rest are counted
 
@@ -122,14 +123,15 @@ def timeout_seconds(value: str, header: str = "X-Request-Timeout-Ms") -> float:
 
 
 def grpc_seconds(value: str, header: str = "grpc-timeout") -> float:
-    """Seconds from a `grpc-timeout` value: at most 8 digits and a unit, `H M S m u n`."""
+    """Seconds from a `grpc-timeout` value: at most 8 digits and a unit, `H M S m u n`; over
+    about 31 years read as 'forever' (left for the receiver's maximum to clamp)."""
     unit = _GRPC_UNITS.get(value[-1:])
     digits = value[:-1]
     if unit is None or not 1 <= len(digits) <= 8 or not (digits.isascii() and digits.isdigit()):
         raise HeaderError(
             f"{header}: 1 to 8 digits and a unit (H M S m u n) expected, got {value[:40]!r}"
         )
-    return int(digits) * unit
+    return min(int(digits) * unit, _ABSURD_S)  # 99999999H is 11 000 years: 'forever'
 
 
 def deadline_timestamp(value: str, header: str = "X-Request-Deadline") -> float:
@@ -255,7 +257,7 @@ def error_body(terminal: str, step: str | None, detail: str) -> bytes:
 
 def parse_error_body(content_type: str, body: bytes) -> Mapping[str, Any] | None:
     """The fields of a body made by `error_body`, or None when the body is something else."""
-    if not content_type.startswith("application/json") or len(body) > _BODY_MAX:
+    if not content_type.startswith("application/json") or len(body) > BODY_MAX:
         return None
     try:
         data = json.loads(body)

@@ -12,7 +12,7 @@ from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.records import Terminal
 from .._core.validate import check_cap, check_flag, check_seconds, show
-from .format import WIRE, HeaderError, WireFormat, clamp, outgoing, parse_error_body, read
+from .format import BODY_MAX, WIRE, HeaderError, WireFormat, clamp, outgoing, parse_error_body, read
 
 __all__ = ["WireFormat", "deadline_hooks", "from_headers", "to_headers"]
 
@@ -167,8 +167,8 @@ class _OnResponse:
     __slots__ = ()
 
     def __call__(self, response: Any) -> Awaitable[None]:
-        if response.status_code != 504:
-            return _DONE
+        if response.status_code != 504 or not _small_json(response.headers):
+            return _DONE  # only a short JSON body can be a deadline answer: never read a big one
         if not hasattr(response.stream, "__iter__"):  # an async client's response
             return self._async(response)
         response.read()
@@ -181,6 +181,16 @@ class _OnResponse:
 
     def __repr__(self) -> str:
         return "deadline response hook (504 -> DeadlineExceeded)"
+
+
+def _small_json(headers: Any) -> bool:
+    length = headers.get("content-length", "")
+    return (
+        headers.get("content-type", "").startswith("application/json")
+        and length.isascii()
+        and length.isdigit()
+        and int(length) <= BODY_MAX
+    )
 
 
 def _raise_if_deadline(response: Any) -> None:

@@ -27,7 +27,7 @@ def model(header: str, value: str) -> float | None:
     if header == TIMEOUT and re.fullmatch(r"[0-9]+", value):
         return 1e9 if len(value) > 12 else int(value) / 1000
     if header == GRPC and re.fullmatch(r"[0-9]{1,8}[HMSmun]", value):
-        return int(value[:-1]) * UNITS[value[-1]]
+        return min(int(value[:-1]) * UNITS[value[-1]], 1e9)  # 31 years and up: 'forever'
     return None
 
 
