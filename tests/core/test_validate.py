@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -182,3 +183,23 @@ def test_a_longer_timeout_never_makes_an_earlier_deadline(a: float, b: float) ->
     clock = ManualClock()
     a, b = sorted((a, b))
     assert Deadline.after(a, clock=clock) <= Deadline.after(b, clock=clock)
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda c: c.advance(-1), ValueError),
+        (lambda c: c.advance(math.nan), ValueError),
+        (lambda c: c.advance("1"), TypeError),
+        (lambda c: c.jump_wall(math.inf), ValueError),
+        (lambda c: ManualClock(wall=math.nan), ValueError),
+        (lambda c: ManualClock(monotonic="0"), TypeError),
+    ],
+)
+def test_the_manual_clock_refuses_times_that_would_poison_every_reading(
+    call: Any, error: type[Exception]
+) -> None:
+    clock = ManualClock()
+    with pytest.raises(error):
+        call(clock)
+    assert clock.monotonic() == 1_000.0  # unchanged
