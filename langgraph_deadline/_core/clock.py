@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
+from .validate import check_number
+
 __all__ = ["Clock", "ManualClock", "SYSTEM_CLOCK", "SystemClock"]
 
 
@@ -45,8 +47,8 @@ class ManualClock:
     __slots__ = ("_mono", "_wall")
 
     def __init__(self, *, wall: float = 1_800_000_000.0, monotonic: float = 1_000.0) -> None:
-        self._wall = float(wall)
-        self._mono = float(monotonic)
+        self._wall = check_number(wall, "wall", "epoch seconds")
+        self._mono = check_number(monotonic, "monotonic", "a number of seconds")
 
     def monotonic(self) -> float:
         return self._mono
@@ -55,13 +57,16 @@ class ManualClock:
         return self._wall
 
     def advance(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError(f"seconds must be >= 0, got {seconds!r}")
-        self._mono += seconds
-        self._wall += seconds
+        """Move both readings forward by `seconds` (a finite number >= 0; time never runs back)."""
+        secs = check_number(seconds, "seconds")
+        if secs < 0:
+            raise ValueError(f"seconds must be >= 0 (time never runs back), got {seconds!r}")
+        self._mono += secs
+        self._wall += secs
 
     def jump_wall(self, seconds: float) -> None:
-        self._wall += seconds
+        """Move only the wall reading, by `seconds` (finite; negative jumps back)."""
+        self._wall += check_number(seconds, "seconds")
 
     def __repr__(self) -> str:
         return f"ManualClock(wall={self._wall!r}, monotonic={self._mono!r})"

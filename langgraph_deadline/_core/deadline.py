@@ -6,11 +6,13 @@ import datetime as _dt
 from typing import Final, final
 
 from .clock import SYSTEM_CLOCK, Clock
-from .validate import check_cap, check_seconds
+from .validate import MAX_SECONDS, check_cap, check_number, check_seconds, show
 
-__all__ = ["Deadline", "earliest"]
+__all__ = ["MIN_TIMESTAMP", "Deadline", "earliest"]
 
-_MAX_EPOCH: Final = 32_503_680_000.0  # year 3000: anything later is a unit mistake (ms for s).
+# 2000-01-01 UTC. An earlier "absolute" deadline is a duration passed as a timestamp
+# (`Deadline.at(5)`), not a moment anyone means.
+MIN_TIMESTAMP: Final = 946_684_800.0
 
 
 @final
@@ -59,11 +61,12 @@ class Deadline:
         """The deadline at an absolute wall-clock time: epoch seconds, or an aware `datetime`.
 
         The instant is mapped once onto this process's monotonic clock, so later wall-clock jumps
-        do not move it.
+        do not move it. It must lie between 2000-01-01 (`MIN_TIMESTAMP`: anything earlier is a
+        duration passed by mistake: use `Deadline.after`) and 100 years from now.
 
         Raises:
             TypeError: not a number or a `datetime`.
-            ValueError: NaN, infinite, negative, after year 3000, or a naive datetime.
+            ValueError: NaN, infinite, before 2000, over 100 years ahead, or a naive datetime.
         """
         if isinstance(timestamp, _dt.datetime):
             if timestamp.tzinfo is None:
@@ -72,14 +75,20 @@ class Deadline:
                 )
             wall = timestamp.timestamp()
         else:
-            wall = check_seconds(timestamp, "timestamp")
-        if wall > _MAX_EPOCH:
+            wall = check_number(timestamp, "timestamp", "epoch seconds or an aware datetime")
+        clk = SYSTEM_CLOCK if clock is None else clock
+        now = clk.time()
+        if wall < MIN_TIMESTAMP:
             raise ValueError(
-                f"timestamp must be epoch seconds before year 3000, got {timestamp!r} "
+                f"timestamp must be epoch seconds after 2000-01-01, got {show(timestamp)}: "
+                f"for a deadline that many seconds from now, use Deadline.after({show(timestamp)})"
+            )
+        if wall - now > MAX_SECONDS:
+            raise ValueError(
+                f"timestamp must be at most 100 years from now, got {show(timestamp)} "
                 "(milliseconds passed as seconds?)"
             )
-        clk = SYSTEM_CLOCK if clock is None else clock
-        return cls(monotonic=clk.monotonic() + (wall - clk.time()), wall=wall, clock=clk)
+        return cls(monotonic=clk.monotonic() + (wall - now), wall=wall, clock=clk)
 
     @classmethod
     def _after(cls, seconds: float, clock: Clock) -> Deadline:
@@ -130,10 +139,16 @@ class Deadline:
     # -- combining ------------------------------------------------------------------------------
 
     def earliest(self, other: Deadline | None) -> Deadline:
-        """The earlier of the two (`None` is no deadline). Combining never extends a deadline."""
-        if other is None or self <= other:
+        """The earlier of the two (`None` is no deadline). Combining never extends a deadline.
+
+        Raises:
+            TypeError: `other` is neither a `Deadline` nor None.
+        """
+        if other is None:
             return self
-        return other
+        if not isinstance(other, Deadline):
+            raise TypeError(f"other must be a Deadline or None, got {type(other).__name__}")
+        return self if self <= other else other
 
     def _key(self, other: Deadline) -> tuple[float, float]:
         if other._clock is self._clock:
@@ -185,14 +200,29 @@ class Deadline:
 
     def __repr__(self) -> str:
         left = self._mono - self._clock.monotonic()
-        when = _dt.datetime.fromtimestamp(self._wall, _dt.UTC).isoformat(timespec="milliseconds")
+        try:
+            when = _dt.datetime.fromtimestamp(self._wall, _dt.UTC).isoformat(
+                timespec="milliseconds"
+            )
+        except (OverflowError, ValueError, OSError):  # outside datetime's years 1 to 9999
+            when = f"{self._wall:.6g} (epoch s)"
         return f"Deadline(at={when}, remaining={left:.3f}s)"
 
 
 def earliest(*deadlines: Deadline | None) -> Deadline | None:
-    """The earliest of the given deadlines, ignoring `None`; `None` when there are none."""
+    """The earliest of the given deadlines, ignoring `None`; `None` when there are none.
+
+    Raises:
+        TypeError: an argument is neither a `Deadline` nor None.
+    """
     best: Deadline | None = None
     for d in deadlines:
-        if d is not None and (best is None or d < best):
+        if d is None:
+            continue
+        if not isinstance(d, Deadline):
+            raise TypeError(
+                f"earliest() takes Deadlines or None, got {type(d).__name__}: {show(d)}"
+            )
+        if best is None or d < best:
             best = d
     return best

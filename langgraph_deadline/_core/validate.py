@@ -1,10 +1,58 @@
-"""Argument checks shared by every public entry point: one wording for one mistake."""
+"""Argument checks shared by every public entry point: one wording for one mistake.
+
+A duration is a finite int or float of seconds, at least 0 and at most `MAX_SECONDS` (100
+years): longer is a unit mistake (milliseconds for seconds) or a way of saying "no limit",
+which is spelled `None` where a limit is optional. The maximum also keeps every duration
+within what `threading` and `asyncio` accept as a timeout (about 9.2e9 s), so a value that
+passes here never fails later, when a step runs.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Final
 
-__all__ = ["check_cap", "check_seconds"]
+__all__ = [
+    "MAX_SECONDS",
+    "check_cap",
+    "check_flag",
+    "check_number",
+    "check_seconds",
+    "check_timestamp",
+    "show",
+]
+
+MAX_SECONDS: Final = 3_155_760_000.0  # 100 years of 365.25 days
+
+
+def show(value: object) -> str:
+    """`repr(value)`, short, and never failing (a 5000-digit int cannot be printed whole)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an int of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_number(value: object, name: str, what: str = "a number of seconds") -> float:
+    """`value` as a finite float, or raise naming `name`: a bool, a NaN, an infinity, or an int
+    too large for a float is refused.
+
+    Raises:
+        TypeError: not an int or float (bool, str and None included).
+        ValueError: NaN, infinite, or beyond any float.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}: {show(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, got {show(value)}") from None
+    if math.isnan(number) or math.isinf(number):
+        raise ValueError(f"{name} must be a finite number, got {show(value)}")
+    return number
 
 
 def check_seconds(value: object, name: str) -> float:
@@ -12,17 +60,30 @@ def check_seconds(value: object, name: str) -> float:
 
     Raises:
         TypeError: not an int or float (bool, str and None included).
-        ValueError: negative, NaN or infinite.
+        ValueError: negative, NaN, infinite, or over `MAX_SECONDS` (100 years).
     """
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(
-            f"{name} must be a number of seconds, got {type(value).__name__}: {value!r}"
-        )
-    seconds = float(value)
-    if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+    seconds = check_number(value, name)
     if seconds < 0:
-        raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+        raise ValueError(f"{name} must be >= 0 seconds, got {show(value)}")
+    if seconds > MAX_SECONDS:
+        raise ValueError(
+            f"{name} must be at most {MAX_SECONDS:.0f} seconds (100 years), got {show(value)}"
+            " (milliseconds passed as seconds? for no limit, pass None where it is allowed)"
+        )
+    return seconds
+
+
+def check_timestamp(value: object, name: str) -> float:
+    """`value` as epoch seconds: a finite number >= 0, with no 100-year maximum (an instant is
+    not a duration: use `Deadline.at` to refuse ones no one means).
+
+    Raises:
+        TypeError: not an int or float (bool, str and None included).
+        ValueError: negative, NaN, infinite, or beyond any float.
+    """
+    seconds = check_number(value, name, "epoch seconds")
+    if seconds < 0:
+        raise ValueError(f"{name} must be epoch seconds >= 0, got {show(value)}")
     return seconds
 
 
@@ -31,3 +92,14 @@ def check_cap(value: object, name: str) -> float | None:
     if value is None:
         return None
     return check_seconds(value, name)
+
+
+def check_flag(value: object, name: str) -> bool:
+    """`value` if it is a bool, else raise: a string such as "no" must not read as true.
+
+    Raises:
+        TypeError: not a bool.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__}: {show(value)}")
+    return value

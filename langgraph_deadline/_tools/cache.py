@@ -9,11 +9,21 @@ import json
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import quote
 
-from .._core.validate import check_cap
+from .._core.validate import check_cap, show
 
-__all__ = ["CachedResult", "InMemoryStaleCache", "StaleCache", "StoreStaleCache", "cache_key"]
+__all__ = [
+    "CachedResult",
+    "InMemoryStaleCache",
+    "StaleCache",
+    "StoreStaleCache",
+    "cache_key",
+    "default_namespace",
+    "store_label",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -38,6 +48,43 @@ class StaleCache(Protocol):
     def get(self, namespace: str, key: str) -> CachedResult | None: ...
 
     def put(self, namespace: str, key: str, content: Any) -> None: ...
+
+
+def default_namespace(config: Mapping[str, Any] | None) -> str | None:
+    """Whose cached answers a run may be served: the namespace when the tool names none.
+
+    From the config's `configurable`, the first that is set:
+
+    1. `langgraph_auth_user_id`: the identity LangGraph Server's auth handler returned. The
+       server sets it after authentication and refuses it from clients, so it is the one a
+       caller cannot choose: `auth:<id>`.
+    2. `user_id`: whoever invoked the graph said so; as trustworthy as that caller: `user:<id>`.
+       (On LangGraph Server a client can put any `user_id` in its config: with auth on, rule 1
+       wins; without, do not rely on it.) The prefixes differ, so a client-supplied id never
+       reads an authenticated user's entries in a shared store.
+    3. `thread_id`: `thread:<id>`.
+
+    None (nothing cached, nothing served) when there is none of them.
+    """
+    conf = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(conf, Mapping):
+        return None
+    for key, tag in (
+        ("langgraph_auth_user_id", "auth"),
+        ("user_id", "user"),
+        ("thread_id", "thread"),
+    ):
+        value = conf.get(key)
+        if value is not None and value != "":
+            return f"{tag}:{value}"
+    return None
+
+
+def store_label(namespace: str) -> str:
+    """`namespace` as one label of a LangGraph store namespace, which may not be empty nor hold
+    `.` or NUL: percent-encoded (`%`, `.`, NUL and other unsafe characters), `%` alone for "".
+    Two namespaces never share a label; plain ids (`user:alice`) are left as they are."""
+    return quote(namespace, safe=":@").replace(".", "%2E") or "%"
 
 
 def cache_key(tool: str, args: Any) -> str:
@@ -102,7 +149,13 @@ class InMemoryStaleCache:
 
 class StoreStaleCache:
     """A cache over LangGraph's `BaseStore` (`InMemoryStore`, `SqliteStore`, a Postgres store):
-    survives restarts when the store does. Items live under `prefix + (namespace,)`."""
+    survives restarts when the store does. Items live under `prefix + (store_label(namespace),)`:
+    any namespace works, an e-mail address included.
+
+    Raises:
+        TypeError, ValueError: `store` not a `BaseStore`; `prefix` not a tuple of labels (a
+            string is refused: it would be read letter by letter); a bad `ttl`.
+    """
 
     def __init__(
         self,
@@ -117,10 +170,12 @@ class StoreStaleCache:
             raise TypeError(f"store must be a langgraph BaseStore, got {type(store).__name__}")
         self.store = store
         self.ttl = check_cap(ttl, "ttl")
-        self.prefix = tuple(prefix)
+        self.prefix = _check_prefix(prefix)
 
     def _ns(self, namespace: str) -> tuple[str, ...]:
-        return (*self.prefix, namespace)
+        if not isinstance(namespace, str):
+            raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
+        return (*self.prefix, store_label(namespace))
 
     def _hit(self, item: Any) -> CachedResult | None:
         if item is None:
@@ -143,3 +198,19 @@ class StoreStaleCache:
     async def aput(self, namespace: str, key: str, content: Any) -> None:
         value = {"content": content, "stored_at": time.time()}
         await self.store.aput(self._ns(namespace), key, value, index=False)
+
+
+def _check_prefix(prefix: object) -> tuple[str, ...]:
+    if not isinstance(prefix, tuple | list) or not prefix:
+        raise TypeError(
+            "prefix must be a non-empty tuple of str labels, e.g. ('my_app', 'stale'), "
+            f"got {type(prefix).__name__}: {show(prefix)}"
+        )
+    for label in prefix:
+        if not isinstance(label, str) or not label or "." in label or "\x00" in label:
+            raise ValueError(
+                f"prefix labels must be non-empty str without '.' or NUL, got {show(label)}"
+            )
+    if prefix[0] == "langgraph":
+        raise ValueError("prefix must not start with 'langgraph' (reserved by LangGraph)")
+    return tuple(prefix)

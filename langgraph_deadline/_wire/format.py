@@ -6,7 +6,8 @@
   with the relative header within `max_skew`; then the earlier of the two wins.
 - `grpc-timeout`: understood on receipt: 1 to 8 digits and a unit (`H M S m u n`).
 
-A value that is not what the format says raises `HeaderError`; an absurdly long one is kept and
+A value that is not what the format says is malformed: `read` leaves it out (and names it), so it
+can neither extend the deadline nor void a valid one beside it. An absurdly long one is kept and
 left for the receiver's maximum to clamp. `docs/howto/across-services.md` is the reference.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -22,6 +24,7 @@ from .._core.clock import SYSTEM_CLOCK, Clock
 from .._core.deadline import Deadline, earliest
 
 __all__ = [
+    "BODY_MAX",
     "WIRE",
     "HeaderError",
     "Received",
@@ -33,10 +36,12 @@ __all__ = [
     "read",
 ]
 
-_ABSURD_S: Final = 1e9  # what a relative value of 13 digits or more (>= 31 years) is read as
+_ABSURD_S: Final = 1e9  # what a relative value of 31 years or more is read as ('forever')
 _GRPC_UNITS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _EPOCH_MS_MIN: Final = 100_000_000_000  # 1973: anything smaller is seconds, not milliseconds
-_BODY_MAX: Final = 4096
+BODY_MAX: Final = 4096  # bytes: a longer body is not a deadline answer
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP field name (RFC 9110)
+_ERRORS_KEPT: Final = 3  # malformed values named in `Received.errors`; the rest are counted
 
 
 class HeaderError(ValueError):
@@ -52,7 +57,8 @@ class WireFormat:
     `grpc_timeout_header` is only read.
 
     Raises:
-        TypeError, ValueError: a name that is not a non-empty string.
+        TypeError: a name that is not a non-empty string.
+        ValueError: a name that is not an HTTP token, or one name for two headers.
     """
 
     timeout_header: str = "X-Request-Timeout-Ms"
@@ -71,8 +77,13 @@ class WireFormat:
             if name is None and kind != "timeout":
                 continue
             if not isinstance(name, str) or not name.strip():
-                raise TypeError(f"header names must be non-empty strings, got {name!r}")
-            kinds[name.strip().lower().encode("latin-1")] = kind
+                raise TypeError(f"header names must be non-empty strings, got {name!r:.60}")
+            if not _TOKEN.fullmatch(name):
+                raise ValueError(
+                    f"{kind} header name must be an HTTP token (letters, digits, "
+                    f"!#$%&'*+-.^_`|~; no spaces or colons), got {name!r:.60}"
+                )
+            kinds[name.lower().encode("latin-1")] = kind
         if len(kinds) != sum(n is not None for n, _ in names):
             raise ValueError("the deadline headers need three different names")
         object.__setattr__(self, "_kinds", kinds)
@@ -83,11 +94,13 @@ WIRE: Final = WireFormat()
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Received:
-    """What the headers of one request said. `skew`: how far (s) an ignored absolute was off."""
+    """What the headers of one request said. `skew`: how far (s) an ignored absolute was off;
+    `errors`: the malformed values, ignored (at most `_ERRORS_KEPT`, then how many more)."""
 
     deadline: Deadline | None
     source: str | None = None
     skew: float | None = None
+    errors: tuple[str, ...] = ()
 
 
 # -- reading ----------------------------------------------------------------------------------
@@ -110,14 +123,15 @@ def timeout_seconds(value: str, header: str = "X-Request-Timeout-Ms") -> float:
 
 
 def grpc_seconds(value: str, header: str = "grpc-timeout") -> float:
-    """Seconds from a `grpc-timeout` value: at most 8 digits and a unit, `H M S m u n`."""
+    """Seconds from a `grpc-timeout` value: at most 8 digits and a unit, `H M S m u n`; over
+    about 31 years read as 'forever' (left for the receiver's maximum to clamp)."""
     unit = _GRPC_UNITS.get(value[-1:])
     digits = value[:-1]
     if unit is None or not 1 <= len(digits) <= 8 or not (digits.isascii() and digits.isdigit()):
         raise HeaderError(
             f"{header}: 1 to 8 digits and a unit (H M S m u n) expected, got {value[:40]!r}"
         )
-    return int(digits) * unit
+    return min(int(digits) * unit, _ABSURD_S)  # 99999999H is 11 000 years: 'forever'
 
 
 def deadline_timestamp(value: str, header: str = "X-Request-Deadline") -> float:
@@ -129,7 +143,7 @@ def deadline_timestamp(value: str, header: str = "X-Request-Deadline") -> float:
 
 
 def read(
-    headers: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]],
+    headers: Iterable[tuple[bytes | str, bytes | str]],
     *,
     wire: WireFormat = WIRE,
     max_skew: float = 1.0,
@@ -139,16 +153,16 @@ def read(
 
     Relative values (the timeout header, `grpc-timeout`) rule, the earliest of them if several;
     the absolute header only moves the deadline earlier, and only when within `max_skew` of it;
-    alone, it is taken as it is.
-
-    Raises:
-        HeaderError: a deadline header that does not follow the format.
+    alone, it is taken as it is. A malformed value is left out and named in `errors`: it can
+    neither extend the deadline nor cancel a valid one beside it. Never raises on header values.
     """
     kinds = wire._kinds
     relative: float | None = None
     rel_source: str | None = None
-    absolute: float | None = None
+    absolute: Deadline | None = None
     abs_source: str | None = None
+    errors: list[str] = []
+    bad = 0
     for name, raw in headers:
         key = name.lower() if isinstance(name, bytes) else name.lower().encode("latin-1")
         kind = kinds.get(key)
@@ -157,36 +171,48 @@ def read(
         header = key.decode("latin-1")
         text = raw.decode("latin-1") if isinstance(raw, bytes) else raw
         for value in _values(text):
-            if kind == "deadline":
-                ts = deadline_timestamp(value, header)
-                if absolute is None or ts < absolute:
-                    absolute, abs_source = ts, header
+            try:
+                if kind == "deadline":
+                    at = _at(deadline_timestamp(value, header), clock, header, value)
+                    if absolute is None or at < absolute:
+                        absolute, abs_source = at, header
+                    continue
+                secs = (
+                    timeout_seconds(value, header)
+                    if kind == "timeout"
+                    else grpc_seconds(value, header)
+                )
+            except HeaderError as exc:
+                bad += 1
+                if len(errors) < _ERRORS_KEPT:
+                    errors.append(str(exc))
                 continue
-            secs = (
-                timeout_seconds(value, header) if kind == "timeout" else grpc_seconds(value, header)
-            )
             if relative is None or secs < relative:
                 relative, rel_source = secs, header
+    if bad > len(errors):
+        errors.append(f"and {bad - len(errors)} more malformed values")
+    found = tuple(errors)
     if relative is None:
-        if absolute is None:
-            return Received(None)
-        return Received(_at(absolute, clock, abs_source), abs_source)
+        return Received(absolute, abs_source, errors=found)
     rel = Deadline.after(relative, clock=clock)
     if absolute is None:
-        return Received(rel, rel_source)
-    off = absolute - rel.timestamp
+        return Received(rel, rel_source, errors=found)
+    off = absolute.timestamp - rel.timestamp
     if abs(off) > max_skew:
-        return Received(rel, rel_source, skew=off)
-    if absolute < rel.timestamp:
-        return Received(_at(absolute, clock, abs_source), abs_source)
-    return Received(rel, rel_source)
+        return Received(rel, rel_source, skew=off, errors=found)
+    if absolute < rel:
+        return Received(absolute, abs_source, errors=found)
+    return Received(rel, rel_source, errors=found)
 
 
-def _at(timestamp: float, clock: Clock, header: str | None) -> Deadline:
+def _at(timestamp: float, clock: Clock, header: str, value: str) -> Deadline:
     try:
         return Deadline.at(timestamp, clock=clock)
-    except ValueError:  # after year 3000
-        raise HeaderError(f"{header}: epoch milliseconds before year 3000 expected") from None
+    except ValueError:  # before 2000, or over 100 years ahead
+        raise HeaderError(
+            f"{header}: epoch milliseconds from 2000 to 100 years ahead expected, "
+            f"got {value[:40]!r}"
+        ) from None
 
 
 def clamp(
@@ -231,7 +257,7 @@ def error_body(terminal: str, step: str | None, detail: str) -> bytes:
 
 def parse_error_body(content_type: str, body: bytes) -> Mapping[str, Any] | None:
     """The fields of a body made by `error_body`, or None when the body is something else."""
-    if not content_type.startswith("application/json") or len(body) > _BODY_MAX:
+    if not content_type.startswith("application/json") or len(body) > BODY_MAX:
         return None
     try:
         data = json.loads(body)

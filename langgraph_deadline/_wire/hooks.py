@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import Any
 
@@ -10,12 +11,14 @@ from .._core.context import current_deadline, current_scopes
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.records import Terminal
-from .._core.validate import check_cap, check_seconds
-from .format import WIRE, WireFormat, clamp, outgoing, parse_error_body, read
+from .._core.validate import check_cap, check_flag, check_seconds, show
+from .format import BODY_MAX, WIRE, HeaderError, WireFormat, clamp, outgoing, parse_error_body, read
 
 __all__ = ["WireFormat", "deadline_hooks", "from_headers", "to_headers"]
 
 EventHook = Callable[[Any], Awaitable[None]]
+
+log = logging.getLogger("langgraph_deadline.http")
 
 
 def deadline_hooks(*, wire: WireFormat = WIRE) -> dict[str, list[EventHook]]:
@@ -62,26 +65,60 @@ def from_headers(
     *,
     max_timeout: float | None = None,
     max_skew: float = 1.0,
+    strict: bool = True,
     wire: WireFormat = WIRE,
     clock: Clock | None = None,
 ) -> Deadline | None:
-    """The deadline an incoming request asks for, or None when it carries none.
+    """The deadline an incoming request asks for, never later than `max_timeout` from now.
 
-    The relative headers rule (`X-Request-Timeout-Ms`, `grpc-timeout`); `X-Request-Deadline`
-    only makes it earlier, and only when it agrees within `max_skew` seconds (else it is
-    ignored: the clocks disagree); alone, it is taken as it is. The result is never later than
-    `max_timeout` from now. For servers that `DeadlineASGIMiddleware` does not fit.
+    The relative headers rule (`X-Request-Timeout-Ms`, `grpc-timeout`), the earliest of them;
+    `X-Request-Deadline` only makes it earlier, and only when it agrees within `max_skew`
+    seconds (else it is ignored: the clocks disagree); alone, it is taken as it is. A request
+    that carries no deadline gets `max_timeout` from now, or None when `max_timeout` is None.
+    A malformed value raises when `strict`; otherwise it is ignored with a logged warning and
+    the earliest valid value counts: a bad value never extends a deadline nor voids a good one.
+    For servers that `DeadlineASGIMiddleware` does not fit.
 
     Raises:
-        ValueError: a deadline header that does not follow the wire format (the message says
-            which and why); `max_timeout` or `max_skew` not a finite number >= 0.
+        ValueError: `strict` and a deadline value that does not follow the wire format (the
+            message says which and why); `max_timeout` or `max_skew` not a finite number >= 0.
+        TypeError: `headers` not a mapping or (name, value) pairs; a bad option type.
     """
     cap = check_cap(max_timeout, "max_timeout")
     skew = check_seconds(max_skew, "max_skew")
+    strict = check_flag(strict, "strict")
+    if not isinstance(wire, WireFormat):
+        raise TypeError(f"wire must be a WireFormat, got {type(wire).__name__}")
+    if clock is not None and not isinstance(clock, Clock):
+        raise TypeError(f"clock must have monotonic() and time() methods, got {show(clock)}")
     clk = SYSTEM_CLOCK if clock is None else clock
-    pairs = headers.items() if isinstance(headers, Mapping) else headers
-    got = read(pairs, wire=wire, max_skew=skew, clock=clk)
+    got = read(_pairs(headers), wire=wire, max_skew=skew, clock=clk)
+    if got.errors:
+        if strict:
+            raise HeaderError("; ".join(got.errors))
+        log.warning("ignored a malformed deadline header: %s", "; ".join(got.errors))
     return clamp(got.deadline, max_timeout=cap, default_timeout=None, clock=clk)
+
+
+def _pairs(headers: object) -> list[tuple[str | bytes, str | bytes]]:
+    """`headers` as a list of (name, value) pairs, or a TypeError saying what is wrong."""
+    if isinstance(headers, Mapping):
+        items: list[Any] = list(headers.items())
+    elif isinstance(headers, Iterable) and not isinstance(headers, str | bytes):
+        items = list(headers)
+    else:
+        raise TypeError(
+            "headers must be a mapping of names to values or (name, value) pairs, "
+            f"got {type(headers).__name__}: {show(headers)}"
+        )
+    for item in items:
+        if not (
+            isinstance(item, tuple | list)
+            and len(item) == 2
+            and all(isinstance(part, str | bytes) for part in item)
+        ):
+            raise TypeError(f"each header must be a (name, value) pair of str, got {show(item)}")
+    return [(name, value) for name, value in items]
 
 
 # -- the hooks ------------------------------------------------------------------------------------
@@ -130,8 +167,8 @@ class _OnResponse:
     __slots__ = ()
 
     def __call__(self, response: Any) -> Awaitable[None]:
-        if response.status_code != 504:
-            return _DONE
+        if response.status_code != 504 or not _small_json(response.headers):
+            return _DONE  # only a short JSON body can be a deadline answer: never read a big one
         if not hasattr(response.stream, "__iter__"):  # an async client's response
             return self._async(response)
         response.read()
@@ -144,6 +181,16 @@ class _OnResponse:
 
     def __repr__(self) -> str:
         return "deadline response hook (504 -> DeadlineExceeded)"
+
+
+def _small_json(headers: Any) -> bool:
+    length = headers.get("content-length", "")
+    return (
+        headers.get("content-type", "").startswith("application/json")
+        and length.isascii()
+        and length.isdigit()
+        and int(length) <= BODY_MAX
+    )
 
 
 def _raise_if_deadline(response: Any) -> None:

@@ -36,13 +36,13 @@ def test_wall_clock_jumps_do_not_move_a_deadline() -> None:
 
 
 def test_at_maps_epoch_seconds_and_datetimes() -> None:
-    clock = ManualClock(wall=1_000_000.0)
-    assert Deadline.at(1_000_010.0, clock=clock).remaining() == 10
-    when = dt.datetime.fromtimestamp(1_000_004.0, dt.UTC)
+    clock = ManualClock(wall=1_800_000_000.0)
+    assert Deadline.at(1_800_000_010.0, clock=clock).remaining() == 10
+    when = dt.datetime.fromtimestamp(1_800_000_004.0, dt.UTC)
     d = Deadline.at(when, clock=clock)
     assert d.remaining() == pytest.approx(4)
-    assert d.timestamp == pytest.approx(1_000_004.0)
-    assert Deadline.at(999_990.0, clock=clock).expired
+    assert d.timestamp == pytest.approx(1_800_000_004.0)
+    assert Deadline.at(1_799_999_990.0, clock=clock).expired
 
 
 def test_timestamp_is_wall_clock_epoch_seconds() -> None:
@@ -155,3 +155,15 @@ def test_combining_never_extends(outer: float, inner: float) -> None:
     assert c.remaining() == min(a.remaining(), b.remaining())
     assert b.earliest(a) == c
     assert earliest(a, None, b) == c
+
+
+@pytest.mark.parametrize("value", [10**400, 1e300, 3.2e9])
+def test_after_refuses_absurdly_long_timeouts_with_a_value_error(value: float) -> None:
+    # beyond a float (not an OverflowError), or beyond the 100-year maximum a thread can wait
+    with pytest.raises(ValueError, match="seconds"):
+        Deadline.after(value)
+
+
+def test_at_refuses_a_duration_passed_as_a_timestamp_and_points_to_after() -> None:
+    with pytest.raises(ValueError, match=r"after 2000-01-01.*Deadline\.after\(5\)"):
+        Deadline.at(5)

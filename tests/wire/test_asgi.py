@@ -151,6 +151,43 @@ def test_bad_settings_are_refused(kwargs: dict[str, Any], error: type[Exception]
         DeadlineASGIMiddleware(App(), **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "error"),
+    [
+        ("max_timeout", 10**400, ValueError),
+        ("reserve", 1e300, ValueError),
+        ("strict", "no", TypeError),
+        ("clock", 5, TypeError),
+        ("wire", "X-Budget-Ms", TypeError),
+    ],
+)
+def test_each_bad_setting_is_named_at_construction(
+    name: str, value: object, error: type[Exception]
+) -> None:
+    kwargs: dict[str, Any] = {"max_timeout": 5.0, name: value}
+    with pytest.raises(error, match=name):
+        DeadlineASGIMiddleware(App(), **kwargs)
+
+
+def test_an_app_that_is_not_callable_is_refused_at_construction() -> None:
+    with pytest.raises(TypeError, match="app"):
+        DeadlineASGIMiddleware(None, max_timeout=5.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_malformed_sibling_does_not_void_a_valid_shorter_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = App()
+    headers = {"X-Request-Timeout-Ms": "1000", "grpc-timeout": "soon"}
+    with caplog.at_level(logging.WARNING, logger="langgraph_deadline.asgi"):
+        async with _client(DeadlineASGIMiddleware(app, max_timeout=8.0, reserve=0.0)) as client:
+            r = await client.get("/", headers=headers)
+    assert r.status_code == 200
+    assert 0.8 < r.json()["remaining"] <= 1.0  # not the 8 s maximum
+    assert "grpc-timeout" in caplog.text
+
+
 @pytest.mark.parametrize("max_timeout", [5.0, None], ids=["deadline", "no-deadline"])
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
 @pytest.mark.anyio
@@ -184,3 +221,41 @@ async def test_a_client_that_leaves_cancels_the_handler_on_any_event_loop(
         await mw(scope, receive, send)
     assert cancelled == [True]
     assert sent == []  # nobody to answer
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.anyio
+async def test_the_watcher_reads_at_most_one_message_ahead_and_loses_none(
+    anyio_backend: str,
+) -> None:
+    chunks = [bytes([i]) * 10 for i in range(50)]
+    pulled: list[int] = []
+    got: list[bytes] = []
+    pulled_while_busy: list[int] = []
+
+    async def receive() -> Any:
+        if len(pulled) == len(chunks):  # the body is all read: only a disconnect may come
+            await anyio.sleep_forever()
+        pulled.append(len(pulled))
+        i = len(pulled) - 1
+        return {"type": "http.request", "body": chunks[i], "more_body": i < len(chunks) - 1}
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await anyio.sleep(0.2)  # busy: the watcher has been reading for it since 20 ms
+        pulled_while_busy.append(len(pulled))
+        while True:
+            message = await receive()
+            got.append(message["body"])
+            if not message["more_body"]:
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def send(message: Any) -> None:
+        pass
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": []}
+    with anyio.fail_after(5):
+        await DeadlineASGIMiddleware(app, max_timeout=5.0)(scope, receive, send)
+    assert pulled_while_busy == [2]  # one waiting for the app, one in the watcher's hand
+    assert got == chunks

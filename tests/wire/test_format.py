@@ -257,3 +257,9 @@ def test_other_bodies_are_not_ours(content_type: str, body: bytes) -> None:
 
 def test_header_error_is_a_value_error() -> None:
     assert issubclass(HeaderError, ValueError)
+
+
+@pytest.mark.parametrize("name", ["X Request", "X-Budget:", "X-Budget\r\n", "X-Bügdet", " X-T"])
+def test_wire_format_rejects_names_that_are_not_http_tokens(name: str) -> None:
+    with pytest.raises(ValueError, match="token"):
+        WireFormat(timeout_header=name)

@@ -216,3 +216,21 @@ async def test_openai_sdk_gets_deadline_exceeded_and_does_not_retry() -> None:
     with deadline_scope(expired), pytest.raises(DeadlineExceeded):
         await client.chat.completions.create(model="m", messages=messages)
     assert sent == ["5000"]  # nothing sent after expiry
+
+
+@LIBS
+def test_a_big_or_unsized_504_body_is_never_read_by_the_hook(lib: Any) -> None:
+    def chunks() -> Any:
+        yield OURS_504  # a deadline answer, but streamed without a length: not read
+
+    def handler(request: Any) -> Any:
+        if request.url.path == "/big":
+            big = b'{"terminal": "deadline_exceeded", "pad": "' + b"x" * 10_000 + b'"}'
+            return lib.Response(504, content=big, headers={"content-type": "application/json"})
+        return lib.Response(504, content=chunks(), headers={"content-type": "application/json"})
+
+    with _sync_client(lib, handler) as client, deadline_scope(Deadline.after(5)):
+        assert client.get("http://b.test/big").status_code == 504
+        with client.stream("GET", "http://b.test/unsized") as response:
+            assert response.status_code == 504
+            assert not response.is_stream_consumed  # left for the caller to read, or not
