@@ -17,7 +17,7 @@ from typing_extensions import TypedDict
 from .._core.clock import SYSTEM_CLOCK, Clock
 from .._core.deadline import Deadline
 from .._core.records import Outcome, StepRecord
-from .._core.validate import check_seconds
+from .._core.validate import check_seconds, check_timestamp
 
 __all__ = [
     "DeadlineState",
@@ -38,7 +38,7 @@ def _as_timestamp(value: object) -> float | None:
         return None
     if isinstance(value, Deadline):
         return value.timestamp
-    return check_seconds(value, "deadline")
+    return check_timestamp(value, "deadline")
 
 
 def merge_deadline(current: float | None, update: Deadline | float | None) -> float | None:

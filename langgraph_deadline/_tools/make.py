@@ -111,9 +111,10 @@ def deadline_tool(
     cannot be stopped) and answers, in words the model can act on, that it timed out; with
     `read_only=True` and a `cache`, the last good answer for the same arguments and namespace is
     served instead, marked stale with its age. `cache_namespace` (a string, or a function of the
-    config) keeps users apart; by default it is the config's `user_id`, else its `thread_id`, and
-    without either nothing is cached. `message` overrides the text (a format string with
-    `{tool}`, `{seconds}`, `{status}`, `{remaining}`, or a function of `ToolTimeout`).
+    config) keeps users apart; by default it is the authenticated user
+    (`langgraph_auth_user_id`), else the config's `user_id`, else its `thread_id`, and without any
+    of them nothing is cached (docs/howto/tools.md, "Cache tenancy"). `message` overrides the
+    text (a format string with `{tool}`, `{seconds}`, `{status}`, `{remaining}`, or a function of `ToolTimeout`).
 
     `retry_on` (as in `retry(on=...)`) retries failed attempts up to `attempts` times, inside
     the same budget: no attempt or backoff starts that cannot fit. A `side_effect=True` tool

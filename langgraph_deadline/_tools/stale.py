@@ -10,7 +10,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
-from .cache import cache_key
+from .cache import cache_key, default_namespace
 
 __all__ = [
     "Namespace",
@@ -25,18 +25,6 @@ __all__ = [
 
 Namespace = str | Callable[[RunnableConfig], str | None] | None
 """Whose answers a cache entry is: a fixed string, a function of the config, or None (default)."""
-
-
-def default_namespace(cfg: RunnableConfig) -> str | None:
-    """Per user when the config names one, else per thread; no namespace, no cache."""
-    conf = cfg.get("configurable") or {}
-    user = conf.get("user_id") or conf.get("langgraph_auth_user_id")
-    if user:
-        return f"user:{user}"
-    thread = conf.get("thread_id")
-    if thread:
-        return f"thread:{thread}"
-    return None
 
 
 def namespace_of(namespace: Namespace, cfg: RunnableConfig) -> str | None:

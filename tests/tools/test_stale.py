@@ -140,9 +140,9 @@ async def test_store_cache_with_an_in_memory_store_and_explicit_namespace(
     assert "stale result" in stale.content and stale.content.endswith("docs on refunds")
 
 
-def test_the_default_namespace_is_the_user_else_the_thread_else_none() -> None:
+def test_the_default_namespace_is_the_authenticated_user_else_the_user_else_the_thread() -> None:
     assert default_namespace({"configurable": {"user_id": "u", "thread_id": "t"}}) == "user:u"
-    assert default_namespace({"configurable": {"langgraph_auth_user_id": "a"}}) == "user:a"
+    assert default_namespace({"configurable": {"langgraph_auth_user_id": "a"}}) == "auth:a"
     assert default_namespace({"configurable": {"thread_id": "t"}}) == "thread:t"
     assert default_namespace({}) is None
     assert namespace_of("public", {}) == "public"
