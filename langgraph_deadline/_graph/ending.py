@@ -66,11 +66,17 @@ def ended(
     rec = result.record
     if reason is None:
         reason = rec.ran_out_reason()
-    elapsed = None if run is None else round((time.monotonic() - run.started) * 1000.0, 3)
-    outcome = Outcome(
-        terminal=Terminal.DEADLINE_EXCEEDED, step=rec.name, reason=reason, elapsed_ms=elapsed
-    )
     err = result.error
+    inner = err.step if isinstance(err, DeadlineExceeded) and not result.status.cut else None
+    elapsed = None if run is None else round((time.monotonic() - run.started) * 1000.0, 3)
+    # Where the time ran out: this node, or the step below it that said so (a downstream
+    # service's step, named in its 504; a retried call; a model call).
+    outcome = Outcome(
+        terminal=Terminal.DEADLINE_EXCEEDED,
+        step=inner or rec.name,
+        reason=reason,
+        elapsed_ms=elapsed,
+    )
     if run is None:
         known = err if isinstance(err, DeadlineExceeded) else None
         raise DeadlineExceeded(

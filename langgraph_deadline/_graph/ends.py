@@ -125,7 +125,7 @@ def keep_records(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> 
         if missing:
             CompiledStateGraph.invoke(
                 graph,
-                Command(update={"deadline_trace": missing}),
+                Command(update={"deadline_trace": [r.to_dict() for r in missing]}),
                 _clean(cfg),
                 control=_persist_control(),
             )
@@ -145,7 +145,7 @@ async def akeep_records(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConf
         if missing:
             await CompiledStateGraph.ainvoke(
                 graph,
-                Command(update={"deadline_trace": missing}),
+                Command(update={"deadline_trace": [r.to_dict() for r in missing]}),
                 _clean(cfg),
                 control=_persist_control(),
             )
@@ -192,7 +192,9 @@ def assemble(
         missing = [r for r in run.records if r not in known]
         state["deadline_outcome"] = outcome
         state["deadline_trace"] = [*known, *missing]
+        # Plain data, as the fields' channels checkpoint it (LangGraph stores these writes as
+        # they are, and a strict msgpack loader refuses our classes).
         if written is None:
-            update["deadline_outcome"] = outcome
-        update["deadline_trace"] = missing
+            update["deadline_outcome"] = outcome.to_dict()
+        update["deadline_trace"] = [r.to_dict() for r in missing]
     return state, update
