@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
@@ -14,7 +14,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Command
 
-from .._core.records import Outcome, Terminal
+from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
 from .messages import closing_reply, messages_of
 from .state import deadline_from_state
@@ -72,24 +72,60 @@ def _persist_control() -> RunControl:
     return control
 
 
+def _read(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
+    if not _saved(graph, cfg):
+        return run.latest
+    try:
+        return graph.get_state(_clean(cfg)).values
+    except Exception:
+        return run.latest
+
+
+async def _aread(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
+    if not _saved(graph, cfg):
+        return run.latest
+    try:
+        return (await graph.aget_state(_clean(cfg))).values
+    except Exception:
+        return run.latest
+
+
+def _write(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) -> None:
+    if not (update and _saved(graph, cfg)):
+        return
+    with _writing():
+        CompiledStateGraph.invoke(
+            graph, Command(update=update), _clean(cfg), control=_persist_control()
+        )
+
+
+async def _awrite(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) -> None:
+    if not (update and _saved(graph, cfg)):
+        return
+    with _writing():
+        await CompiledStateGraph.ainvoke(
+            graph, Command(update=update), _clean(cfg), control=_persist_control()
+        )
+
+
+@contextlib.contextmanager
+def _writing() -> Iterator[None]:
+    """The drain that ends our writing run is its normal end; any other error is logged: the
+    caller still gets the outcome."""
+    try:
+        yield
+    except GraphDrained:
+        pass
+    except Exception:
+        log.warning("could not write the deadline outcome to the checkpoint", exc_info=True)
+
+
 def final_state(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig, why: str | None) -> Any:
     """The state a run that ended early returns (see `assemble`). With a checkpointer the latest
     state is read from it (it holds the results of the steps that finished in the cut
     superstep), and the outcome, the records and the reply are written to it."""
-    latest = run.latest
-    if _saved(graph, cfg):
-        with contextlib.suppress(Exception):
-            latest = graph.get_state(_clean(cfg)).values
-    state, update = assemble(graph, run, latest, why)
-    if update and _saved(graph, cfg):
-        try:
-            CompiledStateGraph.invoke(
-                graph, Command(update=update), _clean(cfg), control=_persist_control()
-            )
-        except GraphDrained:
-            pass
-        except Exception:  # the caller still gets the outcome
-            log.warning("could not write the deadline outcome to the checkpoint", exc_info=True)
+    state, update = assemble(graph, run, _read(graph, run, cfg), why)
+    _write(graph, cfg, update)
     return _returned(graph, run, state)
 
 
@@ -97,62 +133,35 @@ async def afinal_state(
     graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig, why: str | None
 ) -> Any:
     """`final_state`, reading and writing the checkpoint asynchronously."""
-    latest = run.latest
-    if _saved(graph, cfg):
-        with contextlib.suppress(Exception):
-            latest = (await graph.aget_state(_clean(cfg))).values
-    state, update = assemble(graph, run, latest, why)
-    if update and _saved(graph, cfg):
-        try:
-            await CompiledStateGraph.ainvoke(
-                graph, Command(update=update), _clean(cfg), control=_persist_control()
-            )
-        except GraphDrained:
-            pass
-        except Exception:  # the caller still gets the outcome
-            log.warning("could not write the deadline outcome to the checkpoint", exc_info=True)
+    state, update = assemble(graph, run, await _aread(graph, run, cfg), why)
+    await _awrite(graph, cfg, update)
     return _returned(graph, run, state)
 
 
 def keep_records(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
     """A run that failed (an error that is not the deadline's): its step records are written to
     the checkpoint, its pending steps left as they are for a resume after a fix."""
-    if not (graph.deadline_settings.has_fields and _saved(graph, cfg) and run.records):
-        return
-    try:
-        known = graph.get_state(_clean(cfg)).values.get("deadline_trace") or []
-        missing = [r for r in run.records if r not in known]
-        if missing:
-            CompiledStateGraph.invoke(
-                graph,
-                Command(update={"deadline_trace": [r.to_dict() for r in missing]}),
-                _clean(cfg),
-                control=_persist_control(),
-            )
-    except GraphDrained:
-        pass
-    except Exception:
-        log.warning("could not write the step records to the checkpoint", exc_info=True)
+    if graph.deadline_settings.has_fields and _saved(graph, cfg) and run.records:
+        _write(graph, cfg, _records_update(run, _read(graph, run, cfg)))
 
 
 async def akeep_records(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
     """`keep_records`, asynchronously."""
-    if not (graph.deadline_settings.has_fields and _saved(graph, cfg) and run.records):
-        return
-    try:
-        known = (await graph.aget_state(_clean(cfg))).values.get("deadline_trace") or []
-        missing = [r for r in run.records if r not in known]
-        if missing:
-            await CompiledStateGraph.ainvoke(
-                graph,
-                Command(update={"deadline_trace": [r.to_dict() for r in missing]}),
-                _clean(cfg),
-                control=_persist_control(),
-            )
-    except GraphDrained:
-        pass
-    except Exception:
-        log.warning("could not write the step records to the checkpoint", exc_info=True)
+    if graph.deadline_settings.has_fields and _saved(graph, cfg) and run.records:
+        await _awrite(graph, cfg, _records_update(run, await _aread(graph, run, cfg)))
+
+
+def _missing(run: RunTracker, values: Mapping[str, Any]) -> list[StepRecord]:
+    known = list(values.get("deadline_trace") or [])
+    return [r for r in run.records if r not in known]
+
+
+def _records_update(run: RunTracker, latest: Any) -> dict[str, Any]:
+    values: Mapping[str, Any] = latest if isinstance(latest, Mapping) else {}
+    missing = _missing(run, values)
+    # Plain data, as the fields' channels checkpoint it (LangGraph stores these writes as
+    # they are, and a strict msgpack loader refuses our classes).
+    return {"deadline_trace": [r.to_dict() for r in missing]} if missing else {}
 
 
 def _returned(graph: DeadlineGraph, run: RunTracker, state: dict[str, Any]) -> Any:
@@ -188,13 +197,9 @@ def assemble(
         state["messages"] = [*messages, reply]
         update["messages"] = [reply]
     if settings.has_fields:
-        known = list(values.get("deadline_trace") or [])
-        missing = [r for r in run.records if r not in known]
         state["deadline_outcome"] = outcome
-        state["deadline_trace"] = [*known, *missing]
-        # Plain data, as the fields' channels checkpoint it (LangGraph stores these writes as
-        # they are, and a strict msgpack loader refuses our classes).
+        state["deadline_trace"] = [*(values.get("deadline_trace") or []), *_missing(run, values)]
         if written is None:
             update["deadline_outcome"] = outcome.to_dict()
-        update["deadline_trace"] = [r.to_dict() for r in missing]
+        update.update(_records_update(run, values))
     return state, update

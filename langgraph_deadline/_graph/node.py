@@ -18,16 +18,11 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import merge_configs
 from langgraph.runtime import Runtime
 
-from .._core.plan import Plan, plan_step
-from .._core.record import child_records
-from .._core.run import run_async, run_sync
-from .._core.tracker import RunTracker, run_from_config
 from .._core.validate import check_cap, check_seconds
-from .ending import already_ended, finish, skipped
 from .messages import ToolResults, open_tool_calls
-from .seams import PASSTHROUGH, node_attempt, runs_on_a_thread
+from .seams import runs_on_a_thread
 from .settings import NodeSettings
-from .state import deadline_from_state
+from .step import NodeStep
 
 __all__ = ["budgeted", "is_budgeted", "wrap_node"]
 
@@ -120,27 +115,11 @@ def wrap_node(node: Any, settings: NodeSettings, name: str | None) -> Any:
     return _wrap_function(node, settings, name)
 
 
-def _plan(
-    name: str, state: Any, settings: NodeSettings, run: RunTracker | None, *, sync: bool
-) -> Plan:
-    return plan_step(
-        name,
-        "node",
-        cap=settings.cap,
-        min_viable=settings.min_viable,
-        reserve=settings.reserve,
-        deadline=deadline_from_state(state),
-        attempt=node_attempt(),
-        run=run,
-        sync=sync,
-    )
-
-
 # -- functions ------------------------------------------------------------------------------------
 
 
 def _wrap_function(fn: Callable[..., Any], settings: NodeSettings, name: str | None) -> Any:
-    step: str = name or getattr(fn, "__name__", None) or "node"
+    step = NodeStep(name or getattr(fn, "__name__", None) or "node", settings)
     params = inspect.signature(fn).parameters
     wants = tuple(k for k in _INJECTABLE if k in params)
 
@@ -160,35 +139,15 @@ def _wrap_function(fn: Callable[..., Any], settings: NodeSettings, name: str | N
     if inspect.iscoroutinefunction(fn):
 
         async def async_wrapper(state: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-            if already_ended(state):
-                return None
-            run = run_from_config(config)
-            plan = _plan(step, state, settings, run, sync=False)
-            if plan.skip:
-                return skipped(plan, state, run)
             kwargs = kwargs_for(config, runtime)
-            with child_records() as children:
-                result = await run_async(
-                    plan, lambda: fn(state, **kwargs), run=run, passthrough=PASSTHROUGH
-                )
-            return finish(state, result, children, plan, settings, run)
+            return await step.acall(state, config, lambda: fn(state, **kwargs))
 
         wrapper = async_wrapper
     else:
 
         def sync_wrapper(state: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-            if already_ended(state):
-                return None
-            run = run_from_config(config)
-            plan = _plan(step, state, settings, run, sync=True)
-            if plan.skip:
-                return skipped(plan, state, run)
             kwargs = kwargs_for(config, runtime)
-            with child_records() as children:
-                result = run_sync(
-                    plan, lambda: fn(state, **kwargs), run=run, passthrough=PASSTHROUGH
-                )
-            return finish(state, result, children, plan, settings, run)
+            return step.call(state, config, lambda: fn(state, **kwargs))
 
         wrapper = sync_wrapper
 
@@ -225,38 +184,20 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
 def _wrap_runnable(
     runnable: Runnable[Any, Any], settings: NodeSettings, name: str | None
 ) -> Runnable[Any, Any]:
-    step = name or runnable.get_name()
-    sync_only = runs_on_a_thread(runnable)
+    step = NodeStep(name or runnable.get_name(), settings)
+    on_thread = runs_on_a_thread(runnable)
 
     def invoke(state: Any, config: RunnableConfig) -> Any:
-        if already_ended(state):
-            return None
-        run = run_from_config(config)
-        plan = _plan(step, state, settings, run, sync=True)
-        if plan.skip:
-            return skipped(plan, state, run)
         config, results = _collecting_tool_results(state, config)
-        with child_records() as children:
-            result = run_sync(
-                plan, lambda: runnable.invoke(state, config), run=run, passthrough=PASSTHROUGH
-            )
-        return finish(state, result, children, plan, settings, run, results)
+        return step.call(state, config, lambda: runnable.invoke(state, config), results)
 
     async def ainvoke(state: Any, config: RunnableConfig) -> Any:
-        if already_ended(state):
-            return None
-        run = run_from_config(config)
-        plan = _plan(step, state, settings, run, sync=sync_only)
-        if plan.skip:
-            return skipped(plan, state, run)
         config, results = _collecting_tool_results(state, config)
-        with child_records() as children:
-            result = await run_async(
-                plan, lambda: runnable.ainvoke(state, config), run=run, passthrough=PASSTHROUGH
-            )
-        return finish(state, result, children, plan, settings, run, results)
+        return await step.acall(
+            state, config, lambda: runnable.ainvoke(state, config), results, on_thread=on_thread
+        )
 
-    return _BudgetedRunnable(invoke, ainvoke, name=step)
+    return _BudgetedRunnable(invoke, ainvoke, name=step.name)
 
 
 def _collecting_tool_results(

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from langgraph_deadline import StepRecord, StepStatus, Terminal
+from langgraph_deadline import StepStatus, Terminal
 from langgraph_deadline._agents.closing import give_up
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.testing import (
@@ -19,6 +18,7 @@ from langgraph_deadline.testing import (
 )
 from tests.agents.support import MARGIN, ask, assert_valid_history, hang, orders
 from tests.chat_models import openai_chat as chat
+from tests.records import model_record
 
 
 @pytest.mark.anyio
@@ -77,22 +77,8 @@ async def test_pending_tool_calls_are_closed_when_no_model_call_fits(
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
 
 
-def _record(status: StepStatus = StepStatus.SKIPPED, remaining_ms: float | None = 300.0) -> Any:
-    return StepRecord(
-        name="model",
-        kind="model",
-        attempt=1,
-        remaining_ms=remaining_ms,
-        requested_ms=None,
-        allocated_ms=0.0,
-        clamped=True,
-        elapsed_ms=0.0,
-        status=status,
-    )
-
-
-def test_giving_up_ends_the_run_with_an_outcome_and_the_record() -> None:
-    record = _record(StepStatus.TIMED_OUT)
+def test_giving_up_ends_the_run_with_an_outcome_and_themodel_record() -> None:
+    record = model_record(StepStatus.TIMED_OUT)
     update = give_up({"messages": [HumanMessage("q")]}, record)
     outcome = update["deadline_outcome"]
     assert outcome.terminal is Terminal.DEADLINE_EXCEEDED and outcome.step == "model"

@@ -18,7 +18,6 @@ import httpx
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -38,7 +37,7 @@ from langgraph_deadline import (
     with_deadlines,
 )
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall, SlowServer
-from tests.agents.support import assert_valid_history
+from tests.agents.support import assert_valid_history, hang, orders
 from tests.chat_models import ScriptedChatModel
 from tests.chat_models import openai_chat as chat
 
@@ -47,19 +46,6 @@ MARGIN = 1.0  # a loaded 2-core machine
 
 class Chat(MessagesState, DeadlineState):
     pass
-
-
-@tool
-async def hang(query: str) -> str:
-    """A lookup that never answers."""
-    await asyncio.sleep(3600)
-    return "never"
-
-
-@tool
-async def orders(query: str) -> str:
-    """Look up an order."""
-    return f"order {query} shipped on Monday"
 
 
 def _thread(name: str) -> dict[str, Any]:

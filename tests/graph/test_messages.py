@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import uuid4
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -16,20 +15,7 @@ from langgraph_deadline._graph.messages import (
     messages_of,
     unanswered_tool_calls,
 )
-
-
-def _record(status: StepStatus = StepStatus.SKIPPED, remaining_ms: float | None = 300.0) -> Any:
-    return StepRecord(
-        name="model",
-        kind="model",
-        attempt=1,
-        remaining_ms=remaining_ms,
-        requested_ms=None,
-        allocated_ms=0.0,
-        clamped=True,
-        elapsed_ms=0.0,
-        status=status,
-    )
+from tests.records import model_record
 
 
 def test_only_the_last_turns_unanswered_tool_calls_are_closed() -> None:
@@ -48,7 +34,7 @@ def test_only_the_last_turns_unanswered_tool_calls_are_closed() -> None:
     ]
     calls = unanswered_tool_calls(history)
     assert [c["id"] for c in calls] == ["b"]
-    (closed,) = close_pending(calls, _record())
+    (closed,) = close_pending(calls, model_record())
     assert (closed.tool_call_id, closed.name, closed.status) == ("b", "orders", "error")
     assert "was skipped" in closed.text and "0.3 s left" in closed.text
     assert closed.artifact == {

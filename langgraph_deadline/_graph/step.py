@@ -1,0 +1,81 @@
+"""One budgeted node's run: plan its budget, run its body under it, end it by the one rule."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+
+from .._core.plan import Plan, plan_step
+from .._core.record import child_records
+from .._core.run import run_async, run_sync
+from .._core.tracker import RunTracker, run_from_config
+from .ending import already_ended, finish, skipped
+from .seams import PASSTHROUGH, node_attempt
+from .settings import NodeSettings
+from .state import deadline_from_state
+
+__all__ = ["NodeStep"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeStep:
+    """One budgeted node: its name and settings, and the life of each of its runs."""
+
+    name: str
+    settings: NodeSettings
+
+    def _plan(self, state: Any, run: RunTracker | None, *, sync: bool) -> Plan:
+        return plan_step(
+            self.name,
+            "node",
+            cap=self.settings.cap,
+            min_viable=self.settings.min_viable,
+            reserve=self.settings.reserve,
+            deadline=deadline_from_state(state),
+            attempt=node_attempt(),
+            run=run,
+            sync=sync,
+        )
+
+    def call(
+        self,
+        state: Any,
+        config: RunnableConfig,
+        body: Callable[[], Any],
+        finished: Mapping[str, ToolMessage] | None = None,
+    ) -> Any:
+        """Run a sync body under the node's budget (abandoned on a thread past it)."""
+        if already_ended(state):
+            return None
+        run = run_from_config(config)
+        plan = self._plan(state, run, sync=True)
+        if plan.skip:
+            return skipped(plan, state, run)
+        with child_records() as children:
+            result = run_sync(plan, body, run=run, passthrough=PASSTHROUGH)
+        return finish(state, result, children, plan, self.settings, run, finished)
+
+    async def acall(
+        self,
+        state: Any,
+        config: RunnableConfig,
+        body: Callable[[], Awaitable[Any]],
+        finished: Mapping[str, ToolMessage] | None = None,
+        *,
+        on_thread: bool = False,
+    ) -> Any:
+        """Run an async body under the node's budget (cancelled at it); `on_thread` when the
+        body only waits on a thread, which the budget cannot stop."""
+        if already_ended(state):
+            return None
+        run = run_from_config(config)
+        plan = self._plan(state, run, sync=on_thread)
+        if plan.skip:
+            return skipped(plan, state, run)
+        with child_records() as children:
+            result = await run_async(plan, body, run=run, passthrough=PASSTHROUGH)
+        return finish(state, result, children, plan, self.settings, run, finished)
