@@ -39,6 +39,7 @@ class RunTracker:
     entry: object = None  # the graph whose ainvoke prepared this run, until its astream starts
     resumable: bool = False  # checkpointed: a step cut mid-superstep can stay pending there
     final: Any = None  # the state a run that ended early returns
+    final_news: bool = False  # that state says more than the stream did
 
     def clock_now(self) -> float:
         return time.monotonic()

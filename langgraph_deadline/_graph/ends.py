@@ -126,6 +126,7 @@ def final_state(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig, why:
     superstep), and the outcome, the records and the reply are written to it."""
     state, update = assemble(graph, run, _read(graph, run, cfg), why)
     _write(graph, cfg, update)
+    run.final_news = bool(update)
     return _returned(graph, run, state)
 
 
@@ -135,6 +136,7 @@ async def afinal_state(
     """`final_state`, reading and writing the checkpoint asynchronously."""
     state, update = assemble(graph, run, await _aread(graph, run, cfg), why)
     await _awrite(graph, cfg, update)
+    run.final_news = bool(update)
     return _returned(graph, run, state)
 
 

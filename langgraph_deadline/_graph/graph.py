@@ -186,8 +186,11 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
     def _closing(
         self, state: Any, run: RunTracker, mode: Any, kwargs: Mapping[str, Any]
     ) -> list[Any]:
-        """The chunks that tell a stream's consumer how the run ended early."""
+        """The chunks that tell a stream's consumer how the run ended early (none when the
+        stream already said all of it: the step that ran out wrote its outcome itself)."""
         run.final = state
+        if not run.final_news:
+            return []
         step = run.outcome.step if run.outcome is not None else None
         return closing_chunks(
             state,
