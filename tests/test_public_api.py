@@ -85,6 +85,7 @@ def test_instrument_module_surface() -> None:
         "PrometheusObserver",
         "RunEvent",
         "StepEvent",
+        "TokensEvent",
         "count_tokens_after_deadline",
         "get_observers",
         "run_fields",
