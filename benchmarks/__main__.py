@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import agents, http_overhead, overhead, overshoot, tools
+from . import agents, http_overhead, load, overhead, overshoot, tools
 from ._common import Section, machine
 
 BENCHMARKS: dict[str, Callable[..., Section]] = {
@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "tools": tools.run,
     "http": http_overhead.run,
     "agents": agents.run,
+    "load": load.run,
 }
 
 

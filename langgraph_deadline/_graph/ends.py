@@ -23,7 +23,15 @@ from .terminal import emit_run_outcome, exceeded, outcome_from
 if TYPE_CHECKING:
     from .graph import DeadlineGraph
 
-__all__ = ["afinal_state", "akeep_records", "assemble", "final_state", "keep_records", "late"]
+__all__ = [
+    "afinal_state",
+    "akeep_records",
+    "assemble",
+    "final_state",
+    "keep_records",
+    "late",
+    "too_late",
+]
 
 log = logging.getLogger("langgraph_deadline")
 _PERSIST = "langgraph_deadline: write the outcome"
@@ -49,6 +57,31 @@ def late(graph: DeadlineGraph, snapshot: Any, run: RunTracker) -> Any:
     if not graph.deadline_settings.has_fields:
         raise exceeded(outcome, d, values)
     return {**(values or {}), "deadline_outcome": outcome}
+
+
+def too_late(graph: DeadlineGraph, run: RunTracker, input: Any) -> Any:
+    """A new run whose deadline had passed before it started does not start: no node runs,
+    nothing is written (a checkpoint stays as it was). Returns what the caller gets (graphs
+    without deadline fields raise), or None to go on."""
+    d = run.deadline
+    if d is None or not d.expired:
+        return None
+    outcome = Outcome(
+        terminal=Terminal.DEADLINE_EXCEEDED,
+        reason="the run's deadline had passed before it started: nothing was run",
+        elapsed_ms=0.0,
+    )
+    run.outcome = outcome
+    emit_run_outcome(run, outcome)
+    state = (
+        {k: v for k, v in input.items() if k not in _FIELDS} if isinstance(input, Mapping) else {}
+    )
+    if not graph.deadline_settings.has_fields:
+        raise exceeded(outcome, d, state)
+    return {**state, "deadline": d.timestamp, "deadline_outcome": outcome, "deadline_trace": []}
+
+
+_FIELDS = frozenset({"deadline", "deadline_outcome", "deadline_trace"})
 
 
 def _clean(cfg: RunnableConfig) -> RunnableConfig:

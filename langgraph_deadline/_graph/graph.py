@@ -22,7 +22,7 @@ from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import closing_chunks, deadline_given, note_chunk
-from .ends import afinal_state, akeep_records, final_state, keep_records, late
+from .ends import afinal_state, akeep_records, final_state, keep_records, late, too_late
 from .seams import DRAIN_REASON
 from .settings import GraphSettings
 from .state import deadline_from_state, fresh_run_update
@@ -109,6 +109,8 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             snapshot = self.get_state(cfg) if self._has_thread(cfg) else None
             if late(self, snapshot, run) is not None:
                 return
+        elif not prepared and too_late(self, run, input) is not None:
+            return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
             for chunk in super().stream(input, cfg, **kwargs):
@@ -144,6 +146,8 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             snapshot = await self.aget_state(cfg) if self._has_thread(cfg) else None
             if late(self, snapshot, run) is not None:
                 return
+        elif not prepared and too_late(self, run, input) is not None:
+            return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
             stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
@@ -208,6 +212,8 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             ended = late(self, self.get_state(cfg), run)
             if ended is not None:
                 return ended
+        elif (refused := too_late(self, run, input)) is not None:
+            return refused
         run.entry = self
         return self._completed(super().invoke(input, cfg, **kwargs), run)
 
@@ -220,6 +226,8 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if ended is not None:
                 return ended
             run.deadline = earliest(run.deadline, deadline_from_state(snapshot.values))
+        elif not self._resuming(input) and (refused := too_late(self, run, input)) is not None:
+            return refused
         run.entry = self
         if run.deadline is None:
             return self._completed(await super().ainvoke(input, cfg, **kwargs), run)

@@ -1,0 +1,149 @@
+"""Load: many runs in one process, bare LangGraph beside `with_deadlines`, measured side by side.
+
+- CPU per run: `BURST` runs of a 3-node graph of trivial async nodes, started together on one
+  event loop (`asyncio.gather`), process CPU time divided by the runs. Bare and wrapped bursts
+  alternate `ROUNDS` times; the figure is the ratio of their medians.
+- Memory per run: the same burst under `tracemalloc`, peak traced memory divided by the runs
+  (all of them are alive at once), wrapped minus bare.
+- Many at once: `MANY` concurrent wrapped runs must all end `completed`, with no error.
+- Already late: a run whose deadline passed before it started must cost little CPU (it does no
+  node work: it ends `deadline_exceeded` at its first node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langgraph_deadline import Deadline, Outcome, Terminal, with_deadlines
+
+from ._common import BenchState, Check, Section, Table, linear_graph, median
+
+__all__ = ["run"]
+
+NODES = 3
+TARGET_CPU_RATIO = 1.10
+TARGET_EXTRA_KIB = 4.0
+TARGET_LATE_MS = 0.3
+
+
+async def _node(state: BenchState) -> dict[str, int]:
+    return {"n": state["n"] + 1}
+
+
+async def _burst(call: Callable[[], Awaitable[Any]], runs: int) -> list[Any]:
+    return await asyncio.gather(*(call() for _ in range(runs)), return_exceptions=True)
+
+
+def _cpu_per_run(call: Callable[[], Awaitable[Any]], runs: int) -> float:
+    """Process CPU seconds per run for one burst of `runs` concurrent runs."""
+    gc.collect()
+    t0 = time.process_time()
+    results = asyncio.run(_burst(call, runs))
+    cpu = time.process_time() - t0
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise AssertionError(f"{len(errors)} runs failed, first: {errors[0]!r}")
+    return cpu / runs
+
+
+def _peak_per_run(call: Callable[[], Awaitable[Any]], runs: int) -> float:
+    """Peak traced bytes per run while `runs` runs are alive at once."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        asyncio.run(_burst(call, runs))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak / runs
+
+
+def run(*, quick: bool = False) -> Section:
+    burst = 200 if quick else 1000
+    rounds = 3 if quick else 7
+    many = 2000 if quick else 10_000
+    builder = linear_graph(_node, NODES)
+    bare = builder.compile()
+    wrapped = with_deadlines(builder, timeout=600.0)
+
+    async def call_bare() -> Any:
+        return await bare.ainvoke({"n": 0})
+
+    async def call_wrapped() -> Any:
+        return await wrapped.ainvoke({"n": 0})
+
+    _cpu_per_run(call_bare, 50)  # warm up both: imports, caches
+    _cpu_per_run(call_wrapped, 50)
+    bare_cpu: list[float] = []
+    wrapped_cpu: list[float] = []
+    for i in range(rounds):
+        pair = [(call_bare, bare_cpu), (call_wrapped, wrapped_cpu)]
+        for call, sink in pair if i % 2 == 0 else reversed(pair):
+            sink.append(_cpu_per_run(call, burst))
+    cpu_ratio = median(wrapped_cpu) / median(bare_cpu)
+
+    mem_runs = min(burst, 500)
+    bare_mem = _peak_per_run(call_bare, mem_runs)
+    wrapped_mem = _peak_per_run(call_wrapped, mem_runs)
+    extra_kib = (wrapped_mem - bare_mem) / 1024.0
+
+    results = asyncio.run(_burst(call_wrapped, many))
+    errors = sum(isinstance(r, BaseException) for r in results)
+    completed = sum(
+        isinstance(r, dict)
+        and isinstance(r.get("deadline_outcome"), Outcome)
+        and r["deadline_outcome"].terminal is Terminal.COMPLETED
+        for r in results
+    )
+
+    async def call_late() -> Any:
+        late = Deadline.after(0.0)
+        return await wrapped.ainvoke({"n": 0, "deadline": late.timestamp})
+
+    late_runs = 200 if quick else 1000
+    late_cpu = _cpu_per_run(call_late, late_runs) * 1000.0
+    late_result = asyncio.run(call_late())
+    if late_result["deadline_outcome"].terminal is not Terminal.DEADLINE_EXCEEDED:
+        raise AssertionError(f"a late run did not end deadline_exceeded: {late_result!r}")
+
+    table = Table(
+        f"Load: bursts of {burst} concurrent runs of a {NODES}-node graph ({rounds} rounds)",
+        ("figure", "bare", "with_deadlines", "ratio / extra"),
+    )
+    table.add(
+        "CPU per run, µs",
+        f"{median(bare_cpu) * 1e6:.1f}",
+        f"{median(wrapped_cpu) * 1e6:.1f}",
+        f"{cpu_ratio:.2f}x",
+    )
+    table.add(
+        f"peak memory per run, KiB ({mem_runs} alive)",
+        f"{bare_mem / 1024:.1f}",
+        f"{wrapped_mem / 1024:.1f}",
+        f"+{extra_kib:.1f} KiB",
+    )
+    table.add(f"{many} concurrent runs", "-", f"{completed} completed", f"{errors} errors")
+    table.add("CPU of a run already past its deadline, ms", "-", f"{late_cpu:.3f}", "-")
+    table.notes.append(
+        "CPU is process time (both cores' work in this process), divided by the runs of a "
+        "burst; memory is tracemalloc's peak while the whole burst is alive"
+    )
+    section = Section(tables=[table])
+    section.figures += [
+        ("load CPU per run, with_deadlines / bare", f"{cpu_ratio:.2f}x"),
+        ("load extra memory per run", f"{extra_kib:.1f} KiB"),
+        (f"{many} concurrent runs", f"{completed} completed, {errors} errors"),
+        ("CPU of a run already past its deadline", f"{late_cpu:.3f} ms"),
+    ]
+    section.checks += [
+        Check("load CPU per run ratio", cpu_ratio, TARGET_CPU_RATIO, "x"),
+        Check("load extra memory per run", extra_kib, TARGET_EXTRA_KIB, " KiB"),
+        Check(f"errors in {many} concurrent runs", float(errors + (many - completed)), 0.0, ""),
+        Check("CPU of an already-late run", late_cpu, TARGET_LATE_MS, " ms"),
+    ]
+    return section
