@@ -28,6 +28,8 @@ with warnings.catch_warnings():
     from langgraph.prebuilt.chat_agent_executor import AgentState
     from langgraph_supervisor import create_supervisor
 
+pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+
 
 class SwarmDeadlineState(SwarmState, DeadlineState):
     """The swarm's state with the deadline fields: the parent learns how the turn ended."""
