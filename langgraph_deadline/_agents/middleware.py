@@ -48,6 +48,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     - Each run gets a fresh deadline: the earliest of `timeout` from its start, the deadline in
       context (`deadline_scope`, `DeadlineASGIMiddleware`) and one given in the input with
       `deadline_input(...)`. It replaces the previous run's on the same thread.
+    - One user turn, one deadline: an agent handed a turn in progress inside a parent graph (a
+      swarm handoff, a supervisor's delegation) joins the turn's deadline instead of starting
+      its `timeout` again; its handoffs carry the deadline and its records to the parent; it
+      leaves `completed` to the parent, which learns a `deadline_exceeded`.
     - A model call gets `min(model_cap, remaining - reserve)`, is cancelled at it (async: the
       HTTP stream is closed, SDK retries included) and LangChain's OpenAI models also get it as
       the request `timeout`. With `tokens_per_second`, `max_tokens` is cut to what fits.

@@ -17,7 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_swarm import SwarmState, create_handoff_tool, create_swarm
 
 from langgraph_deadline import DeadlineState, Terminal, terminal_of, with_deadlines
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineMiddleware, budgeted_model
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from tests.agents.support import MARGIN, ask, assert_valid_history
 from tests.chat_models import openai_chat as chat
@@ -207,14 +207,21 @@ async def test_a_supervisors_worker_that_runs_out_leaves_a_final_ai_message(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("budgeted", [False, True], ids=["model", "budgeted_model"])
 async def test_a_supervisors_own_model_is_closed_at_the_deadline(
-    server: FakeOpenAIServer,
+    server: FakeOpenAIServer, budgeted: bool
 ) -> None:
     server.enqueue(ChatReply.hang())
-    graph = with_deadlines(_supervisor(server, middleware=True), timeout=1.0, reserve=0.2)
+    builder = _supervisor(server, middleware=True)
+    if budgeted:
+        worker = create_agent(chat(server), [], name="worker")
+        builder = create_supervisor(
+            [worker], model=budgeted_model(chat(server)), state_schema=SupervisorDeadlineState
+        )
+    graph = with_deadlines(builder, timeout=1.0, reserve=0.2)
     t0 = time.monotonic()
     out = await graph.ainvoke(ask())
     assert time.monotonic() - t0 < 1.0 + MARGIN
     assert terminal_of(out) is Terminal.DEADLINE_EXCEEDED
     assert server.wait_disconnected(MARGIN)
-    assert isinstance(out["messages"][-1], AIMessage)  # the reserve buys a closing reply
+    assert_valid_history(out["messages"])  # the reserve buys a closing reply
