@@ -21,6 +21,7 @@ from langchain.agents.middleware import (
 )
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
+from langgraph.types import Overwrite
 
 from .._core.context import current_deadline
 from .._core.deadline import Deadline, earliest
@@ -36,6 +37,7 @@ from .run import RUN, DeadlineAgentState, elapsed_ms, fields, skipped
 from .settings import MiddlewareSettings
 from .stream import stop_stream_at
 from .tool_calls import ToolResult, ran_out, tool_plan, tool_result
+from .turn import handed_on, in_parent_graph, turn_in_progress
 
 __all__ = ["DeadlineAgentState", "DeadlineMiddleware"]
 
@@ -46,6 +48,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     - Each run gets a fresh deadline: the earliest of `timeout` from its start, the deadline in
       context (`deadline_scope`, `DeadlineASGIMiddleware`) and one given in the input with
       `deadline_input(...)`. It replaces the previous run's on the same thread.
+    - One user turn, one deadline: an agent handed a turn in progress inside a parent graph (a
+      swarm handoff, a supervisor's delegation) joins the turn's deadline instead of starting
+      its `timeout` again; its handoffs carry the deadline and its records to the parent; it
+      leaves `completed` to the parent, which learns a `deadline_exceeded`.
     - A model call gets `min(model_cap, remaining - reserve)`, is cancelled at it (async: the
       HTTP stream is closed, SDK retries included) and LangChain's OpenAI models also get it as
       the request `timeout`. With `tokens_per_second`, `max_tokens` is cut to what fits.
@@ -126,23 +132,42 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     # -- the run: stamp the deadline, say how it ended -----------------------------------------
 
     def before_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any]:
-        """A fresh deadline for this run; the thread's previous outcome and trace are cleared."""
+        """A fresh deadline for this run; the thread's previous outcome and trace are cleared.
+
+        An agent handed a user turn in progress (a swarm handoff, a supervisor's delegation)
+        joins that turn's deadline instead: `timeout` is not started again.
+        """
         values = fields(state)
         run = values.get(RUN) or {}
+        carried = turn_in_progress(values, run.get("at"))
+        if carried is not None:
+            d = earliest(carried, current_deadline())
+            at = None if d is None else d.timestamp
+            # the outcome stays (a turn that ran out stays so); the trace here is this agent's
+            return {
+                "deadline": at,
+                "deadline_trace": Overwrite([]),
+                RUN: {"at": at, "started": time.time(), "joined": True},
+            }
         stamped = values.get("deadline")
-        given = None if stamped is None or stamped == run.get("at") else deadline_from_state(values)
+        nested = in_parent_graph()  # a parent's state may hold a previous turn's deadline
+        mine = stamped is None or stamped == run.get("at") or nested
+        given = None if mine else deadline_from_state(values)
         own = None if self.timeout is None else Deadline.after(self.timeout)
         d = earliest(given, current_deadline(), own)
         at = None if d is None else d.timestamp
-        return {**fresh_run_update(at), RUN: {"at": at, "started": time.time()}}
+        return {**fresh_run_update(at), RUN: {"at": at, "started": time.time(), "nested": nested}}
 
     async def abefore_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any]:
         return self.before_agent(state, runtime)
 
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """The run reached its end: `completed`, unless it already has an outcome."""
+        """The run reached its end: `completed`, unless it already has an outcome. An agent
+        inside a parent graph leaves `completed` to the parent: another agent of the same turn
+        may still run out."""
         values = fields(state)
-        if values.get("deadline_outcome") is not None:
+        run = values.get(RUN) or {}
+        if values.get("deadline_outcome") is not None or run.get("nested") or run.get("joined"):
             return None
         return {
             "deadline_outcome": Outcome(terminal=Terminal.COMPLETED, elapsed_ms=elapsed_ms(values))
@@ -230,7 +255,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                     inner.extend(sink)
 
         result = await run_async(plan, body, commit=own, passthrough=PASSTHROUGH)
-        return tool_result(request, plan, result, inner, own=own)
+        return handed_on(tool_result(request, plan, result, inner, own=own), request.state)
 
     def wrap_tool_call(
         self,
@@ -255,4 +280,4 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                     inner.extend(sink)
 
         result = run_sync(plan, body, commit=own, passthrough=PASSTHROUGH)
-        return tool_result(request, plan, result, inner, own=own)
+        return handed_on(tool_result(request, plan, result, inner, own=own), request.state)

@@ -25,11 +25,11 @@ class DeadlineAgentState(AgentState[Any], DeadlineState):
     """`AgentState` plus the deadline fields (`deadline`, `deadline_outcome`, `deadline_trace`).
 
     `DeadlineMiddleware` adds it to the agent for you. `deadline_run` is private bookkeeping
-    (which deadline this middleware stamped, and when the run started); it is neither input
-    nor output.
+    (which deadline this middleware stamped, when the run started, whether it runs inside a
+    parent graph or joined a turn in progress); it is neither input nor output.
     """
 
-    deadline_run: NotRequired[Annotated[dict[str, float | None] | None, PrivateStateAttr]]
+    deadline_run: NotRequired[Annotated[dict[str, float | bool | None] | None, PrivateStateAttr]]
 
 
 def fields(state: AgentState[Any]) -> Mapping[str, Any]:

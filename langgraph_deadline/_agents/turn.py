@@ -1,0 +1,70 @@
+"""One user turn, one deadline, whichever agent holds it: how an agent running inside a parent
+graph (a `langgraph-swarm` swarm, a `langgraph-supervisor` worker, any subgraph) joins the
+deadline already in force instead of starting its own, and hands it on at a handoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, TypeVar, cast
+
+from langchain_core.messages import BaseMessage, HumanMessage
+from langgraph.config import get_config
+from langgraph.types import Command, Overwrite
+
+from .._core.deadline import Deadline
+from .._graph.state import deadline_from_state
+
+__all__ = ["handed_on", "in_parent_graph", "turn_in_progress"]
+
+T = TypeVar("T")
+
+_NS_SEP: Final = "|"
+"""How LangGraph joins the levels of a `checkpoint_ns` (`graph|subgraph`): a public format."""
+
+
+def in_parent_graph() -> bool:
+    """Whether this node runs inside a parent graph (the agent is a swarm member, a worker,
+    a subgraph), read from LangGraph's checkpoint namespace."""
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a LangGraph run
+        return False
+    namespace = config.get("configurable", {}).get("checkpoint_ns") or ""
+    return _NS_SEP in str(namespace)
+
+
+def turn_in_progress(state: Mapping[str, Any], own_stamp: float | None) -> Deadline | None:
+    """The deadline of the user turn this agent was handed in the middle of, if any.
+
+    A turn is in progress when the agent runs inside a parent graph, its input does not end with
+    the user's message (another agent handed off to it, or a supervisor delegated) and the state
+    carries a deadline this agent did not stamp itself.
+    """
+    stamped = state.get("deadline")
+    if stamped is None or stamped == own_stamp or not in_parent_graph():
+        return None
+    messages: Sequence[BaseMessage] = state.get("messages") or ()
+    if not messages or isinstance(messages[-1], HumanMessage):
+        return None
+    return deadline_from_state(state)
+
+
+def handed_on(value: T, state: Mapping[str, Any]) -> T:
+    """A handoff (`Command(graph=Command.PARENT)`) carrying the turn's deadline and the agent's
+    records (before the handoff's own, already in the update) to the parent graph, so the next
+    agent joins that deadline instead of starting its own. Parents without the deadline fields
+    ignore them. Any other value is returned as it is."""
+    if not (isinstance(value, Command) and value.graph == Command.PARENT):
+        return value
+    if not isinstance(value.update, dict | None) or state.get("deadline") is None:
+        return value
+    update = dict(value.update or {})
+    update["deadline"] = Overwrite(state["deadline"])  # a previous turn's may be earlier
+    update["deadline_outcome"] = None  # the turn goes on: a previous turn's outcome is cleared
+    update["deadline_trace"] = [
+        *(state.get("deadline_trace") or ()),
+        *(update.get("deadline_trace") or ()),
+    ]
+    handoff: Any = Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
+    return cast(T, handoff)
