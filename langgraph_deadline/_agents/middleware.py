@@ -30,12 +30,12 @@ from .._core.records import Outcome, StepRecord, Terminal
 from .._core.run import run_async, run_sync
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state, fresh_run_update
+from .._graph.streams import stop_stream_at
 from .._tools.tool import DeadlineTool
 from .closing import give_up
 from .model_calls import MODEL_STEP, gave_up, model_plan, model_result, with_budget
 from .run import RUN, DeadlineAgentState, elapsed_ms, fields, skipped
 from .settings import MiddlewareSettings
-from .stream import stop_stream_at
 from .tool_calls import ToolResult, ran_out, tool_plan, tool_result
 from .turn import handed_on, in_parent_graph, turn_in_progress
 

@@ -27,8 +27,8 @@ from .._core.run import StepResult, run_async, run_sync
 from .._core.tracker import run_from_config
 from .._core.validate import check_cap, check_seconds
 from .._graph.seams import PASSTHROUGH
+from .._graph.streams import stop_stream_config
 from .provider import provider_options
-from .stream import stop_stream_config
 
 __all__ = ["BudgetedModel", "ModelLimits", "budgeted_model"]
 

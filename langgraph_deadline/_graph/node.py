@@ -146,8 +146,7 @@ def _wrap_function(fn: Callable[..., Any], settings: NodeSettings, name: str | N
     else:
 
         def sync_wrapper(state: Any, config: RunnableConfig, runtime: Runtime[Any]) -> Any:
-            kwargs = kwargs_for(config, runtime)
-            return step.call(state, config, lambda: fn(state, **kwargs))
+            return step.call(state, config, lambda cfg: fn(state, **kwargs_for(cfg, runtime)))
 
         wrapper = sync_wrapper
 
@@ -189,7 +188,7 @@ def _wrap_runnable(
 
     def invoke(state: Any, config: RunnableConfig) -> Any:
         config, results = _collecting_tool_results(state, config)
-        return step.call(state, config, lambda: runnable.invoke(state, config), results)
+        return step.call(state, config, lambda cfg: runnable.invoke(state, cfg), results)
 
     async def ainvoke(state: Any, config: RunnableConfig) -> Any:
         config, results = _collecting_tool_results(state, config)

@@ -17,6 +17,7 @@ from .ending import already_ended, finish, skipped
 from .seams import PASSTHROUGH, node_attempt
 from .settings import NodeSettings
 from .state import deadline_from_state
+from .streams import stop_stream_at, stop_stream_config
 
 __all__ = ["NodeStep"]
 
@@ -45,18 +46,30 @@ class NodeStep:
         self,
         state: Any,
         config: RunnableConfig,
-        body: Callable[[], Any],
+        body: Callable[[RunnableConfig], Any],
         finished: Mapping[str, ToolMessage] | None = None,
     ) -> Any:
-        """Run a sync body under the node's budget (abandoned on a thread past it)."""
+        """Run a sync body under the node's budget (abandoned on a thread past it). The body
+        gets the config to run with: its model calls' token streams stop at the budget, since
+        the thread that runs them cannot be stopped."""
         if already_ended(state):
             return None
         run = run_from_config(config)
         plan = self._plan(state, run, sync=True)
         if plan.skip:
             return skipped(plan, state, run)
+        stop = plan.step_deadline()
+        if stop is None:
+            guarded: Callable[[], Any] = lambda: body(config)  # noqa: E731
+        else:
+            stopping = stop_stream_config(config, stop, self.name)
+
+            def guarded() -> Any:
+                with stop_stream_at(stop, self.name):  # model calls that read the context
+                    return body(stopping)
+
         with child_records() as children:
-            result = run_sync(plan, body, run=run, passthrough=PASSTHROUGH)
+            result = run_sync(plan, guarded, run=run, passthrough=PASSTHROUGH)
         return finish(state, result, children, plan, self.settings, run, finished)
 
     async def acall(

@@ -161,12 +161,6 @@ def test_a_prebuilt_agents_hanging_model_ends_by_the_deadline_under_invoke(
     assert record.status is StepStatus.ABANDONED  # a sync body's thread cannot be killed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with_deadlines runs a sync node's body on a worker thread it abandons at the "
-    "deadline, and does not give the node's model calls the stop-the-stream callback that "
-    "budgeted_model and DeadlineMiddleware use (_graph/node.py); the stream runs to its end",
-)
 def test_a_prebuilt_agents_sync_model_stream_stops_at_the_deadline_under_invoke(
     server: FakeOpenAIServer,
 ) -> None:
