@@ -13,6 +13,7 @@ from ._core.deadline import Deadline, earliest
 from ._core.errors import DeadlineExceeded, ScopeFrame
 from ._core.observe import set_default_factory as _set_default_factory
 from ._core.records import Outcome, StepRecord, StepStatus, Terminal
+from ._graph.forms import DeadlineDataclass, DeadlineModel
 from ._graph.graph import DeadlineGraph
 from ._graph.node import budgeted
 from ._graph.state import DeadlineState, deadline_input
@@ -27,8 +28,10 @@ __all__ = [
     "BudgetedModel",
     "Clock",
     "Deadline",
+    "DeadlineDataclass",
     "DeadlineExceeded",
     "DeadlineGraph",
+    "DeadlineModel",
     "DeadlineState",
     "DeadlineTool",
     "InMemoryStaleCache",

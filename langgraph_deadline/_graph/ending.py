@@ -5,36 +5,38 @@ run drains so no further node body runs)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from langgraph.types import RetryPolicy
 
-from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan
 from .._core.record import commit_record
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal
 from .._core.run import StepResult
 from .._core.tracker import RunTracker
+from .inputs import plain_input
 from .seams import drain
 from .settings import NodeSettings
-from .state import with_trace
+from .state import state_fields, with_trace
 
 __all__ = ["already_ended", "finish", "has_fields", "skipped"]
 
 
 def already_ended(state: Any) -> bool:
     """True when the run has its terminal already: later node bodies do not run."""
-    if not isinstance(state, Mapping):
+    fields = state_fields(state)
+    if fields is None:
         return False
-    outcome = state.get("deadline_outcome")
+    outcome = fields.get("deadline_outcome")
     return isinstance(outcome, Outcome) and outcome.terminal is not Terminal.COMPLETED
 
 
 def has_fields(state: Any) -> bool:
     """True when the state carries the deadline fields (`DeadlineState`)."""
-    return isinstance(state, Mapping) and "deadline_trace" in state
+    fields = state_fields(state)
+    return fields is not None and "deadline_trace" in fields
 
 
 def ended(
@@ -83,7 +85,7 @@ def finish(
     """The node's return value: its update with its records, the early end, or its own error."""
     status = result.status
     if status is StepStatus.COMPLETED:
-        value = _no_later_deadline(result.value)
+        value = plain_input(result.value)  # a node may bring the deadline forward, as plain data
         return with_trace(value, [*children, result.record]) if has_fields(state) else value
     if status.cut:
         return ended(state, result, run, children)
@@ -128,10 +130,3 @@ def _retries_on(policy: Any, error: Exception) -> bool:
     if isinstance(retry_on, Sequence):
         return isinstance(error, tuple(retry_on))
     return bool(retry_on(error))
-
-
-def _no_later_deadline(value: Any) -> Any:
-    """A node may bring the deadline forward, never push it back: keep its update plain data."""
-    if isinstance(value, dict) and isinstance(value.get("deadline"), Deadline):
-        return {**value, "deadline": value["deadline"].timestamp}
-    return value

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from langchain_core.runnables import RunnableConfig
 
+from .._core.deadline import Deadline
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
 from .state import deadline_from_state
@@ -18,9 +20,27 @@ from .terminal import emit_run_outcome, exceeded, outcome_from
 if TYPE_CHECKING:
     from .graph import DeadlineGraph
 
-__all__ = ["backstop", "late"]
+__all__ = ["DEADLINE_META", "backstop", "kept_deadline", "late"]
+
+DEADLINE_META: Final = "langgraph_deadline_at"
+"""The checkpoint metadata key holding the run's deadline (epoch seconds)."""
+
+_MAX_EPOCH: Final = 32_503_680_000.0  # year 3000, as `Deadline.at` accepts
 
 log = logging.getLogger("langgraph_deadline")
+
+
+def kept_deadline(snapshot: Any) -> Deadline | None:
+    """The deadline a thread's checkpoint kept: its state's `deadline` field, else (state
+    without the deadline fields) the one its run recorded in the checkpoint's metadata."""
+    d = deadline_from_state(getattr(snapshot, "values", None))
+    if d is not None:
+        return d
+    metadata = getattr(snapshot, "metadata", None) or {}
+    at = metadata.get(DEADLINE_META)
+    if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at) and at >= 0:
+        return Deadline.at(min(float(at), _MAX_EPOCH))
+    return None
 
 
 def late(graph: DeadlineGraph, snapshot: Any, run: RunTracker) -> Any:
@@ -29,7 +49,7 @@ def late(graph: DeadlineGraph, snapshot: Any, run: RunTracker) -> Any:
     (`Command(resume=..., update=deadline_input(s))`) continues where the run paused.
     Returns what the caller gets (graphs without deadline fields raise), or None to go on."""
     values = getattr(snapshot, "values", None)
-    d = deadline_from_state(values)
+    d = kept_deadline(snapshot)
     if d is None or not d.expired:
         return None
     pending = ", ".join(getattr(snapshot, "next", ()) or ()) or None

@@ -14,6 +14,7 @@ from .._core.validate import check_cap, check_seconds
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
 from .settings import GraphSettings, NodeSettings
+from .state import DeadlineChannel
 
 __all__ = ["with_deadlines"]
 
@@ -65,6 +66,9 @@ def with_deadlines(
             "debug": graph.debug,
             "name": graph.name,
         }
+        transformers = tuple(getattr(graph, "stream_transformers", ()) or ())
+        if transformers:  # LangGraph >= 1.2.x: stream transformers given at compile time
+            compile_kwargs["transformers"] = transformers
     elif isinstance(graph, StateGraph):
         builder = graph
     else:
@@ -76,6 +80,7 @@ def with_deadlines(
     if store is not None:
         compile_kwargs["store"] = store
 
+    _check_deadline_field(builder)
     for table, label in ((caps, "caps"), (mins, "min_viable")):
         unknown = sorted(set(table) - set(builder.nodes))
         if unknown:
@@ -107,9 +112,28 @@ def with_deadlines(
         for name, spec in builder.nodes.items()
     }
     compiled = wrapped.compile(**compile_kwargs)
+    if isinstance(graph, CompiledStateGraph) and graph.config:
+        # What `.with_config(...)` gave the graph (create_agent: recursion_limit, metadata).
+        compiled = compiled.with_config(graph.config)
     has_fields = {"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels)
     settings = GraphSettings(timeout=timeout_s, reserve=reserve_s, has_fields=has_fields)
     return DeadlineGraph.of(compiled, settings)
+
+
+def _check_deadline_field(builder: StateGraph[Any, Any, Any, Any]) -> None:
+    """A state field named `deadline` must be the run's deadline (`DeadlineState`'s), not the
+    user's own (a due date, say): it would be read as the run's deadline."""
+    channel = builder.channels.get("deadline")
+    if channel is None or isinstance(channel, DeadlineChannel):
+        return
+    hint = builder.schemas.get(builder.state_schema, {}).get("deadline")
+    kind = getattr(hint, "__name__", None) or repr(hint) if hint is not None else "?"
+    raise ValueError(
+        f"the state field 'deadline' ({kind}) is not the run's deadline: with_deadlines() "
+        "reads a field of that name as the run's deadline (epoch seconds). Rename your field "
+        "(for example 'due_date'), or declare it from DeadlineState (or DeadlineModel / "
+        "DeadlineDataclass) if it is meant to be the run's deadline."
+    )
 
 
 def _budget_node(runnable: Any, name: str, settings: NodeSettings, *, explicit: bool) -> Any:

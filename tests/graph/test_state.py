@@ -105,16 +105,16 @@ def test_checkpoint_values_are_plain_data_that_load_without_warnings(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from langgraph_deadline._graph.state import (
-        _OutcomeChannel,
-        _TraceChannel,
+        OutcomeChannel,
+        TraceChannel,
         merge_outcome,
         merge_trace,
     )
 
     serde = JsonPlusSerializer()
-    outcome_ch = _OutcomeChannel(type(None), merge_outcome)
+    outcome_ch = OutcomeChannel(type(None), merge_outcome)
     outcome_ch.update([Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step="a")])
-    trace_ch = _TraceChannel(list, merge_trace)
+    trace_ch = TraceChannel(list, merge_trace)
     trace_ch.update([[_record()]])
     with caplog.at_level(logging.WARNING):
         for ch in (outcome_ch, trace_ch):
