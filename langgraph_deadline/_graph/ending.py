@@ -19,7 +19,7 @@ from .._core.tracker import RunTracker
 from .inputs import plain_input
 from .seams import drain
 from .settings import NodeSettings
-from .state import state_fields, with_trace
+from .state import RUN_OVER, state_fields, with_trace
 
 __all__ = ["already_ended", "finish", "has_fields", "skipped"]
 
@@ -58,7 +58,11 @@ def ended(
     if run is not None and run.outcome is None:
         run.outcome = outcome
     if has_fields(state):
-        return {"deadline_outcome": outcome, "deadline_trace": [*children, rec]}
+        return {
+            "deadline_outcome": outcome,
+            "deadline_trace": [*children, rec],
+            "deadline": RUN_OVER,
+        }
     err = result.error
     if isinstance(err, DeadlineExceeded):
         raise DeadlineExceeded(

@@ -8,7 +8,7 @@ and they travel as JSON to `RemoteGraph` and LangGraph Server. In memory the fie
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, Generic, TypeVar, cast
+from typing import Annotated, Any, Final, Generic, TypeVar, cast
 
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.types import Command, Overwrite
@@ -22,6 +22,7 @@ from .._core.validate import check_seconds
 __all__ = [
     "DeadlineChannel",
     "DeadlineState",
+    "RUN_OVER",
     "OutcomeChannel",
     "TraceChannel",
     "state_fields",
@@ -129,14 +130,19 @@ class DeadlineChannel(_PlainChannel[float | None]):
     def _encode(self, value: float | None) -> Any:
         return {"at": value, "over": True} if self.over else value
 
-    def update(self, values: Sequence[float | None]) -> bool:
+    def update(self, values: Sequence[Any]) -> bool:
+        ends = any(v == RUN_OVER for v in values)
+        values = [v for v in values if v != RUN_OVER]
         if self.over and values:
             first, *rest = values
             if not isinstance(first, Overwrite | dict):
-                first = Overwrite(first)  # type: ignore[assignment]
+                first = Overwrite(first)
             self.over = False
-            return super().update([first, *rest])
-        return super().update(values)
+            values = [first, *rest]
+        updated = super().update(values) if values else False
+        if ends and not self.over and self.is_available():
+            self.over = updated = True
+        return updated
 
     def finish(self) -> bool:
         if self.over or not self.is_available():
@@ -171,6 +177,11 @@ class TraceChannel(_PlainChannel[list[StepRecord]]):
 
     def _encode(self, value: list[StepRecord]) -> Any:
         return [r.to_dict() for r in value]
+
+
+RUN_OVER: Final[Mapping[str, bool]] = {"over": True}
+"""The update to `deadline` that says the run ended early (a budgeted node ran out): like a run
+that finished, its deadline is over, and the next run's replaces it."""
 
 
 def _none_type() -> type[None]:

@@ -126,8 +126,8 @@ def _check_deadline_field(builder: StateGraph[Any, Any, Any, Any]) -> None:
     channel = builder.channels.get("deadline")
     if channel is None or isinstance(channel, DeadlineChannel):
         return
-    hint = builder.schemas.get(builder.state_schema, {}).get("deadline")
-    kind = getattr(hint, "__name__", None) or repr(hint) if hint is not None else "?"
+    typ = getattr(channel, "typ", None)
+    kind = getattr(typ, "__name__", None) or repr(typ)
     raise ValueError(
         f"the state field 'deadline' ({kind}) is not the run's deadline: with_deadlines() "
         "reads a field of that name as the run's deadline (epoch seconds). Rename your field "
