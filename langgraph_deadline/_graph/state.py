@@ -191,9 +191,10 @@ def _none_type() -> type[None]:
 class DeadlineState(TypedDict, total=False):
     """Mix into your graph state to carry the run's deadline, outcome and step records.
 
-    - `deadline`: epoch seconds (absolute: survives checkpoints and processes). Earliest wins:
-      updates can only bring it forward. A new run replaces it with `Overwrite` (see
-      `deadline_input`; `with_deadlines` does this for you).
+    - `deadline`: epoch seconds (absolute: survives checkpoints and processes). Give a run its
+      deadline in its input (a `Deadline` or epoch seconds): within the run, and on resume,
+      earliest wins, so updates can only bring it forward; once the run finished, the next
+      run's deadline replaces it. `deadline_input` replaces it explicitly.
     - `deadline_outcome`: the run's `Outcome`, once it has one. The first terminal is kept.
     - `deadline_trace`: the `StepRecord` of every budgeted step, appended.
 

@@ -35,8 +35,11 @@ def with_deadlines(
 
     Each run's deadline is the earliest of: the input's `deadline`, the deadline in context
     (`deadline_scope` around the call) and `timeout` seconds from the call. Resuming a run
-    (`None` or a `Command` as input) keeps the checkpointed deadline; a `Command(update=
-    deadline_input(s))` grants a new one. `ainvoke` also cancels the whole run at the deadline.
+    (`None` or a `Command` as input) keeps the checkpointed deadline (in state, or in the
+    checkpoint's metadata for state without the deadline fields); a deadline in its update can
+    only bring it forward; a `Command(update=deadline_input(s))` grants a new one, within
+    `timeout`. `ainvoke` also cancels the whole run at the deadline. A compiled graph keeps its
+    config (`with_config`), name and stream transformers.
 
     How the caller learns the terminal:
     - state with `DeadlineState` fields: the returned state's `deadline_outcome`
@@ -45,7 +48,8 @@ def with_deadlines(
     Recursion limits, failures and cancellation raise as LangGraph raises them (`terminal_of`).
 
     Raises:
-        ValueError: a name in `caps` or `min_viable` is not a node; a bad number.
+        ValueError: a name in `caps` or `min_viable` is not a node; a bad number; a state field
+            named `deadline` that is not the run's deadline (a due date of your own).
         TypeError: `graph` is not a `StateGraph` or a compiled one.
     """
     timeout_s = check_cap(timeout, "timeout")
