@@ -3,8 +3,15 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The oldest versions we claim to support (the lower bounds in pyproject.toml), in their own venv.
+LOWEST       := .venv-lowest
+LOWEST_STAMP := $(LOWEST)/.installed
+# What tests/core and tests/graph import (the whole test group pulls in httpx2, whose floor is
+# above ours).
+LOWEST_TEST  := pytest pytest-timeout hypothesis langchain langchain-openai starlette uvicorn \
+	langgraph-checkpoint-sqlite langgraph-checkpoint-postgres 'psycopg[binary]'
 
-.PHONY: demo test lint docs bench clean
+.PHONY: demo test test-lowest lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +25,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+$(LOWEST_STAMP): pyproject.toml scripts/lowest-constraints.txt
+	$(PYTHON) -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install --quiet --upgrade pip
+	$(LOWEST)/bin/python -m pip install --quiet -c scripts/lowest-constraints.txt -e . $(LOWEST_TEST)
+	touch $(LOWEST_STAMP)
+
+# The core and graph tests against the lowest supported langgraph, langchain-core, anyio, httpx.
+test-lowest: $(LOWEST_STAMP)
+	$(LOWEST)/bin/python -m pip freeze | grep -iE '^(langgraph|langchain-core|anyio|httpx|typing.extensions)=='
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -o addopts="-ra --strict-markers" tests/core tests/graph
+
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m ruff format --check .
@@ -30,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(LOWEST) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -14,6 +14,7 @@ from ._core.errors import DeadlineExceeded, ScopeFrame
 from ._core.observe import set_default_factory as _set_default_factory
 from ._core.records import Outcome, StepRecord, StepStatus, Terminal
 from ._core.timeouts import ToolTimeout, timeout_message
+from ._graph.forms import DeadlineDataclass, DeadlineModel
 from ._graph.graph import DeadlineGraph
 from ._graph.node import budgeted
 from ._graph.state import DeadlineState, deadline_input
@@ -30,8 +31,10 @@ __all__ = [
     "BudgetedModel",
     "Clock",
     "Deadline",
+    "DeadlineDataclass",
     "DeadlineExceeded",
     "DeadlineGraph",
+    "DeadlineModel",
     "DeadlineState",
     "DeadlineTool",
     "InMemoryStaleCache",

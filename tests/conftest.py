@@ -5,6 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from langgraph_deadline.testing import FakeOpenAIServer, SlowServer
+from tests.postgres import postgres  # noqa: F401  (the shared fixture)
 
 
 @pytest.fixture

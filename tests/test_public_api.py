@@ -11,6 +11,8 @@ DOCUMENTED = {
     "DeadlineExceeded",
     "DeadlineGraph",
     "DeadlineState",
+    "DeadlineModel",
+    "DeadlineDataclass",
     "DeadlineTool",
     "InMemoryStaleCache",
     "StaleCache",

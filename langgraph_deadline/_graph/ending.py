@@ -12,32 +12,34 @@ from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphDrained
 from langgraph.types import RetryPolicy
 
-from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan
 from .._core.record import commit_record
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal
 from .._core.run import StepResult
 from .._core.tracker import RunTracker
+from .inputs import plain_input
 from .messages import close_pending, open_tool_calls
 from .seams import DRAIN_REASON, drain
 from .settings import NodeSettings
-from .state import with_trace
+from .state import RUN_OVER, state_fields, with_trace
 
 __all__ = ["already_ended", "finish", "has_fields", "skipped"]
 
 
 def already_ended(state: Any) -> bool:
     """True when the run has its terminal already: later node bodies do not run."""
-    if not isinstance(state, Mapping):
+    fields = state_fields(state)
+    if fields is None:
         return False
-    outcome = state.get("deadline_outcome")
+    outcome = fields.get("deadline_outcome")
     return isinstance(outcome, Outcome) and outcome.terminal is not Terminal.COMPLETED
 
 
 def has_fields(state: Any) -> bool:
     """True when the state carries the deadline fields (`DeadlineState`)."""
-    return isinstance(state, Mapping) and "deadline_trace" in state
+    fields = state_fields(state)
+    return fields is not None and "deadline_trace" in fields
 
 
 def ended(
@@ -60,8 +62,10 @@ def ended(
     - In a run with no checkpoint (nothing to resume) the node ends its superstep with the
       outcome, so the siblings' results reach the returned state; the run drains, and
       `with_deadlines` keeps the node's routers from running (`routes.py`).
-    - Outside `with_deadlines` (a plain compiled graph) nothing above the node can do that:
-      it raises `DeadlineExceeded` with the outcome and the state it was given.
+    - Outside `with_deadlines` (a hand-built graph) nothing above the node can turn a drain into
+      a return value: a state with the deadline fields gets the outcome written and the run
+      drains (LangGraph raises `GraphDrained` if more steps were scheduled); a state without
+      them raises `DeadlineExceeded` with the outcome and the state it was given.
     """
     rec = result.record
     if reason is None:
@@ -77,20 +81,21 @@ def ended(
         reason=reason,
         elapsed_ms=elapsed,
     )
-    if run is None:
+    if run is None and not has_fields(state):
+        # A hand-built graph (no with_deadlines above it) with no fields to carry the outcome.
         known = err if isinstance(err, DeadlineExceeded) else None
         raise DeadlineExceeded(
             reason,
             deadline=known.deadline if known else None,
-            step=rec.name,
+            step=outcome.step,
             outcome=outcome,
             scopes=known.scopes if known else (),
             state=state,
         ) from err
-    if run.outcome is None:
+    if run is not None and run.outcome is None:
         run.outcome = outcome
     calls = open_tool_calls(state)
-    if not calls and run.resumable:
+    if not calls and run is not None and run.resumable:
         raise GraphDrained(DRAIN_REASON) from err
     drain()
     update: dict[str, Any] = {}
@@ -99,6 +104,7 @@ def ended(
     if has_fields(state):
         update["deadline_outcome"] = outcome
         update["deadline_trace"] = [*children, rec]
+        update["deadline"] = RUN_OVER  # the next run's deadline replaces this one
     return update or None
 
 
@@ -125,7 +131,7 @@ def finish(
     """
     status = result.status
     if status is StepStatus.COMPLETED:
-        value = _no_later_deadline(result.value)
+        value = plain_input(result.value)  # a node may bring the deadline forward, as plain data
         return with_trace(value, [*children, result.record]) if has_fields(state) else value
     if status.cut:
         return ended(state, result, run, children, finished=finished)
@@ -173,10 +179,3 @@ def _retries_on(policy: Any, error: Exception) -> bool:
     if isinstance(retry_on, Sequence):
         return isinstance(error, tuple(retry_on))
     return bool(retry_on(error))
-
-
-def _no_later_deadline(value: Any) -> Any:
-    """A node may bring the deadline forward, never push it back: keep its update plain data."""
-    if isinstance(value, dict) and isinstance(value.get("deadline"), Deadline):
-        return {**value, "deadline": value["deadline"].timestamp}
-    return value

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
@@ -14,16 +15,18 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Command
 
+from .._core.deadline import Deadline
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
 from .messages import closing_reply, messages_of
-from .state import deadline_from_state
+from .state import RUN_OVER, deadline_from_state
 from .terminal import emit_run_outcome, exceeded, outcome_from
 
 if TYPE_CHECKING:
     from .graph import DeadlineGraph
 
 __all__ = [
+    "DEADLINE_META",
     "afinal_state",
     "akeep_records",
     "assemble",
@@ -31,10 +34,29 @@ __all__ = [
     "keep_records",
     "late",
     "too_late",
+    "kept_deadline",
 ]
+
+DEADLINE_META: Final = "langgraph_deadline_at"
+"""The checkpoint metadata key holding the run's deadline (epoch seconds)."""
+
+_MAX_EPOCH: Final = 32_503_680_000.0  # year 3000, as `Deadline.at` accepts
 
 log = logging.getLogger("langgraph_deadline")
 _PERSIST = "langgraph_deadline: write the outcome"
+
+
+def kept_deadline(snapshot: Any) -> Deadline | None:
+    """The deadline a thread's checkpoint kept: its state's `deadline` field, else (state
+    without the deadline fields) the one its run recorded in the checkpoint's metadata."""
+    d = deadline_from_state(getattr(snapshot, "values", None))
+    if d is not None:
+        return d
+    metadata = getattr(snapshot, "metadata", None) or {}
+    at = metadata.get(DEADLINE_META)
+    if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at) and at >= 0:
+        return Deadline.at(min(float(at), _MAX_EPOCH))
+    return None
 
 
 def late(graph: DeadlineGraph, snapshot: Any, run: RunTracker) -> Any:
@@ -43,7 +65,7 @@ def late(graph: DeadlineGraph, snapshot: Any, run: RunTracker) -> Any:
     (`Command(resume=..., update=deadline_input(s))`) continues where the run paused.
     Returns what the caller gets (graphs without deadline fields raise), or None to go on."""
     values = getattr(snapshot, "values", None)
-    d = deadline_from_state(values)
+    d = kept_deadline(snapshot)
     if d is None or not d.expired:
         return None
     pending = ", ".join(getattr(snapshot, "next", ()) or ()) or None
@@ -127,18 +149,21 @@ def _write(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) ->
     if not (update and _saved(graph, cfg)):
         return
     with _writing():
-        CompiledStateGraph.invoke(
+        # LangGraph's own stream, not ours: this run must not be taken for a user's resume.
+        for _ in CompiledStateGraph.stream(
             graph, Command(update=update), _clean(cfg), control=_persist_control()
-        )
+        ):
+            pass
 
 
 async def _awrite(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) -> None:
     if not (update and _saved(graph, cfg)):
         return
     with _writing():
-        await CompiledStateGraph.ainvoke(
+        async for _ in CompiledStateGraph.astream(
             graph, Command(update=update), _clean(cfg), control=_persist_control()
-        )
+        ):
+            pass
 
 
 @contextlib.contextmanager
@@ -236,5 +261,6 @@ def assemble(
         state["deadline_trace"] = [*(values.get("deadline_trace") or []), *_missing(run, values)]
         if written is None:
             update["deadline_outcome"] = outcome.to_dict()
+            update["deadline"] = RUN_OVER  # the next run's deadline replaces this one
         update.update(_records_update(run, values))
     return state, update

@@ -8,21 +8,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import anyio
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
-from langgraph.types import Command
+from langgraph.types import Command, Overwrite, StateUpdate
 
 from .._core.context import current_deadline
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import closing_chunks, deadline_given, note_chunk
-from .ends import afinal_state, akeep_records, final_state, keep_records, late, too_late
+from .ends import (
+    DEADLINE_META,
+    afinal_state,
+    akeep_records,
+    final_state,
+    keep_records,
+    kept_deadline,
+    late,
+    too_late,
+)
+from .inputs import plain_input
 from .seams import DRAIN_REASON
 from .settings import GraphSettings
 from .state import deadline_from_state, fresh_run_update
@@ -75,9 +85,10 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             existing.entry = None  # ainvoke prepared this run; astream goes on with it
             return existing, input, cfg
         settings = self._lgd_settings
+        input = plain_input(input)
         given = deadline_given(input)
-        if input is None or isinstance(input, Command):
-            d = earliest(given, current_deadline())
+        if self._resuming(input):
+            d = earliest(given, current_deadline())  # and the thread's: see `_resumed`
         else:
             timeout = None if settings.timeout is None else Deadline.after(settings.timeout)
             d = earliest(given, current_deadline(), timeout)
@@ -85,18 +96,53 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
         run = RunTracker(deadline=d, reserve=settings.reserve, resumable=self._has_thread(cfg))
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
+        _remember(cfg, run)
         return run, input, cfg
+
+    def _resumed(self, run: RunTracker, cfg: RunnableConfig, snapshot: Any) -> Any:
+        """A resume runs to the deadline its thread kept (in state, or for state without the
+        deadline fields in the checkpoint's metadata); a thread that kept none gets `timeout`
+        from now. Returns what the caller gets when that deadline has passed, else None."""
+        kept = kept_deadline(snapshot)
+        if kept is None and self._lgd_settings.timeout is not None:
+            kept = Deadline.after(self._lgd_settings.timeout)
+        run.deadline = earliest(run.deadline, kept)
+        _remember(cfg, run)
+        return late(self, snapshot, run)
 
     def _prepared(self, config: RunnableConfig | None) -> bool:
         run = (config or {}).get("configurable", {}).get(RUN_KEY)
         return isinstance(run, RunTracker) and run.entry is self
 
     def _resuming(self, input: Any) -> bool:
-        """A resume (None or a Command) that does not grant a new deadline."""
-        return (input is None or isinstance(input, Command)) and deadline_given(input) is None
+        """A resume (None or a Command) that does not grant a new deadline (`deadline_input`)."""
+        if input is None:
+            return True
+        if not isinstance(input, Command):
+            return False
+        update = input.update if isinstance(input.update, Mapping) else {}
+        return not isinstance(update.get("deadline"), Overwrite)
 
     def _has_thread(self, cfg: RunnableConfig) -> bool:
         return self.checkpointer is not None and bool(cfg.get("configurable", {}).get("thread_id"))
+
+    # -- state updates: a `Deadline` in them is stored as plain epoch seconds ------------------
+
+    def bulk_update_state(
+        self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
+    ) -> RunnableConfig:
+        """Like LangGraph's; a deadline in the updates can only bring the thread's forward
+        (`deadline_input` grants a new one explicitly)."""
+        steps = list(supersteps)
+        now = _deadline_of(self.get_state(config)) if _sets_deadline(steps) else None
+        return super().bulk_update_state(config, _plain_steps(steps, now))
+
+    async def abulk_update_state(
+        self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
+    ) -> RunnableConfig:
+        steps = list(supersteps)
+        now = _deadline_of(await self.aget_state(config)) if _sets_deadline(steps) else None
+        return await super().abulk_update_state(config, _plain_steps(steps, now))
 
     # -- streaming ----------------------------------------------------------------------------
 
@@ -107,7 +153,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         run, input, cfg = self._start(input, config)
         if not prepared and self._resuming(input):
             snapshot = self.get_state(cfg) if self._has_thread(cfg) else None
-            if late(self, snapshot, run) is not None:
+            if self._resumed(run, cfg, snapshot) is not None:
                 return
         elif not prepared and too_late(self, run, input) is not None:
             return
@@ -144,7 +190,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         run, input, cfg = self._start(input, config)
         if not prepared and self._resuming(input):
             snapshot = await self.aget_state(cfg) if self._has_thread(cfg) else None
-            if late(self, snapshot, run) is not None:
+            if self._resumed(run, cfg, snapshot) is not None:
                 return
         elif not prepared and too_late(self, run, input) is not None:
             return
@@ -208,8 +254,9 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         run, input, cfg = self._start(input, config)
-        if self._resuming(input) and self._has_thread(cfg):
-            ended = late(self, self.get_state(cfg), run)
+        if self._resuming(input):
+            snapshot = self.get_state(cfg) if self._has_thread(cfg) else None
+            ended = self._resumed(run, cfg, snapshot)
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
@@ -220,13 +267,12 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Like `CompiledStateGraph.ainvoke`; also cancels the whole run at its deadline."""
         run, input, cfg = self._start(input, config)
-        if self._resuming(input) and self._has_thread(cfg):
-            snapshot = await self.aget_state(cfg)
-            ended = late(self, snapshot, run)
+        if self._resuming(input):
+            snapshot = await self.aget_state(cfg) if self._has_thread(cfg) else None
+            ended = self._resumed(run, cfg, snapshot)
             if ended is not None:
                 return ended
-            run.deadline = earliest(run.deadline, deadline_from_state(snapshot.values))
-        elif not self._resuming(input) and (refused := too_late(self, run, input)) is not None:
+        elif (refused := too_late(self, run, input)) is not None:
             return refused
         run.entry = self
         if run.deadline is None:
@@ -264,6 +310,31 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         ):
             result = {**result, "deadline_outcome": outcome}
         return result
+
+
+def _remember(cfg: RunnableConfig, run: RunTracker) -> None:
+    """Record the run's deadline in its checkpoints' metadata (LangGraph copies the config's
+    `metadata` there), so that a resume finds it even when the state has no deadline field."""
+    if run.deadline is not None:
+        cfg["metadata"] = {**cfg.get("metadata", {}), DEADLINE_META: run.deadline.timestamp}
+
+
+def _sets_deadline(supersteps: list[Any]) -> bool:
+    return any(deadline_given(u.values) is not None for step in supersteps for u in step)
+
+
+def _deadline_of(snapshot: Any) -> float | None:
+    d = deadline_from_state(getattr(snapshot, "values", None))
+    return None if d is None else d.timestamp
+
+
+def _plain_steps(supersteps: list[Any], not_after: float | None) -> list[list[Any]]:
+    """`bulk_update_state`'s supersteps (of `StateUpdate`s) with every deadline as plain data,
+    none later than `not_after`."""
+    return [
+        [u._replace(values=plain_input(u.values, not_after=not_after)) for u in step]
+        for step in supersteps
+    ]
 
 
 def _reraise_with_state(exc: DeadlineExceeded, run: RunTracker) -> None:

@@ -8,7 +8,7 @@ and they travel as JSON to `RemoteGraph` and LangGraph Server. In memory the fie
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Final, Generic, TypeVar, cast
 
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.types import Command, Overwrite
@@ -20,7 +20,12 @@ from .._core.records import Outcome, StepRecord
 from .._core.validate import check_seconds, check_timestamp
 
 __all__ = [
+    "DeadlineChannel",
     "DeadlineState",
+    "RUN_OVER",
+    "OutcomeChannel",
+    "TraceChannel",
+    "state_fields",
     "deadline_from_state",
     "deadline_input",
     "fresh_run_update",
@@ -106,12 +111,57 @@ class _PlainChannel(BinaryOperatorAggregate[T], Generic[T]):
         return channel
 
 
-class _DeadlineChannel(_PlainChannel[float | None]):
+class DeadlineChannel(_PlainChannel[float | None]):
+    """The deadline's channel: earliest wins within a run; a finished run's deadline is over.
+
+    LangGraph calls `finish()` when a run reaches its end (not when it pauses on an interrupt):
+    the deadline stays visible, marked as over, and the next deadline written (the next run's
+    input) replaces it instead of losing to it. A resume never finished, so it keeps the
+    earliest. Checkpointed as epoch seconds, or `{"at": seconds, "over": true}` once over.
+    """
+
+    over: bool = False
+
     def _decode(self, value: Any) -> float | None:
+        if isinstance(value, Mapping) and "over" in value:
+            return _as_timestamp(value.get("at"))
         return _as_timestamp(value)
 
+    def _encode(self, value: float | None) -> Any:
+        return {"at": value, "over": True} if self.over else value
 
-class _OutcomeChannel(_PlainChannel[Outcome | None]):
+    def update(self, values: Sequence[Any]) -> bool:
+        ends = any(v == RUN_OVER for v in values)
+        values = [v for v in values if v != RUN_OVER]
+        if self.over and values:
+            first, *rest = values
+            if not isinstance(first, Overwrite | dict):
+                first = Overwrite(first)
+            self.over = False
+            values = [first, *rest]
+        updated = super().update(values) if values else False
+        if ends and not self.over and self.is_available():
+            self.over = updated = True
+        return updated
+
+    def finish(self) -> bool:
+        if self.over or not self.is_available():
+            return False
+        self.over = True
+        return True
+
+    def copy(self) -> DeadlineChannel:
+        channel = super().copy()
+        channel.over = self.over
+        return channel
+
+    def from_checkpoint(self, checkpoint: Any) -> DeadlineChannel:
+        channel = cast(DeadlineChannel, super().from_checkpoint(checkpoint))
+        channel.over = isinstance(checkpoint, Mapping) and bool(checkpoint.get("over"))
+        return channel
+
+
+class OutcomeChannel(_PlainChannel[Outcome | None]):
     def _decode(self, value: Any) -> Outcome | None:
         if value is None or isinstance(value, Outcome):
             return value
@@ -121,12 +171,17 @@ class _OutcomeChannel(_PlainChannel[Outcome | None]):
         return value.to_dict() if isinstance(value, Outcome) else value
 
 
-class _TraceChannel(_PlainChannel[list[StepRecord]]):
+class TraceChannel(_PlainChannel[list[StepRecord]]):
     def _decode(self, value: Any) -> list[StepRecord]:
         return [_as_record(r) for r in value or ()]
 
     def _encode(self, value: list[StepRecord]) -> Any:
         return [r.to_dict() for r in value]
+
+
+RUN_OVER: Final[Mapping[str, bool]] = {"over": True}
+"""The update to `deadline` that says the run ended early (a budgeted node ran out): like a run
+that finished, its deadline is over, and the next run's replaces it."""
 
 
 def _none_type() -> type[None]:
@@ -136,9 +191,10 @@ def _none_type() -> type[None]:
 class DeadlineState(TypedDict, total=False):
     """Mix into your graph state to carry the run's deadline, outcome and step records.
 
-    - `deadline`: epoch seconds (absolute: survives checkpoints and processes). Earliest wins:
-      updates can only bring it forward. A new run replaces it with `Overwrite` (see
-      `deadline_input`; `with_deadlines` does this for you).
+    - `deadline`: epoch seconds (absolute: survives checkpoints and processes). Give a run its
+      deadline in its input (a `Deadline` or epoch seconds): within the run, and on resume,
+      earliest wins, so updates can only bring it forward; once the run finished, the next
+      run's deadline replaces it. `deadline_input` replaces it explicitly.
     - `deadline_outcome`: the run's `Outcome`, once it has one. The first terminal is kept.
     - `deadline_trace`: the `StepRecord` of every budgeted step, appended.
 
@@ -148,9 +204,9 @@ class DeadlineState(TypedDict, total=False):
     ```
     """
 
-    deadline: Annotated[float | None, _DeadlineChannel(_none_type(), merge_deadline)]
-    deadline_outcome: Annotated[Outcome | None, _OutcomeChannel(_none_type(), merge_outcome)]
-    deadline_trace: Annotated[list[StepRecord], _TraceChannel(list, merge_trace)]
+    deadline: Annotated[float | None, DeadlineChannel(_none_type(), merge_deadline)]
+    deadline_outcome: Annotated[Outcome | None, OutcomeChannel(_none_type(), merge_outcome)]
+    deadline_trace: Annotated[list[StepRecord], TraceChannel(list, merge_trace)]
 
 
 def fresh_run_update(timestamp: float | None) -> dict[str, Any]:
@@ -198,9 +254,21 @@ def deadline_input(deadline: Deadline | float) -> dict[str, Any]:
     return fresh_run_update(d.timestamp)
 
 
+def state_fields(state: object) -> Mapping[str, Any] | None:
+    """The deadline fields of a state: a mapping (TypedDict) as it is; a pydantic or dataclass
+    state (`DeadlineModel`, `DeadlineDataclass`) as a mapping of those that it has."""
+    if isinstance(state, Mapping):
+        return state
+    names = ("deadline", "deadline_outcome", "deadline_trace")
+    if state is None or not any(hasattr(state, n) for n in names):
+        return None
+    return {n: getattr(state, n) for n in names if hasattr(state, n)}
+
+
 def deadline_from_state(state: object, *, clock: Clock | None = None) -> Deadline | None:
-    """The `Deadline` recorded in a state mapping, or None (no field, or no deadline set)."""
-    if not isinstance(state, Mapping):
+    """The `Deadline` recorded in a state, or None (no field, or no deadline set)."""
+    state = state_fields(state)
+    if state is None:
         return None
     ts = state.get("deadline")
     if ts is None:

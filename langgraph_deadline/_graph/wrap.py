@@ -15,6 +15,7 @@ from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
 from .routes import guard_branches
 from .settings import GraphSettings, NodeSettings
+from .state import DeadlineChannel
 
 __all__ = ["with_deadlines"]
 
@@ -36,8 +37,11 @@ def with_deadlines(
 
     Each run's deadline is the earliest of: the input's `deadline`, the deadline in context
     (`deadline_scope` around the call) and `timeout` seconds from the call. Resuming a run
-    (`None` or a `Command` as input) keeps the checkpointed deadline; a `Command(update=
-    deadline_input(s))` grants a new one. `ainvoke` also cancels the whole run at the deadline.
+    (`None` or a `Command` as input) keeps the checkpointed deadline (in state, or in the
+    checkpoint's metadata for state without the deadline fields); a deadline in its update can
+    only bring it forward; a `Command(update=deadline_input(s))` grants a new one, within
+    `timeout`. `ainvoke` also cancels the whole run at the deadline. A compiled graph keeps its
+    config (`with_config`), name and stream transformers.
 
     How the caller learns the terminal:
     - state with `DeadlineState` fields: the returned state's `deadline_outcome`
@@ -52,7 +56,8 @@ def with_deadlines(
     (`closing_message=False` leaves it out).
 
     Raises:
-        ValueError: a name in `caps` or `min_viable` is not a node; a bad number.
+        ValueError: a name in `caps` or `min_viable` is not a node; a bad number; a state field
+            named `deadline` that is not the run's deadline (a due date of your own).
         TypeError: `graph` is not a `StateGraph` or a compiled one.
     """
     if not isinstance(closing_message, bool):
@@ -75,6 +80,9 @@ def with_deadlines(
             "debug": graph.debug,
             "name": graph.name,
         }
+        transformers = tuple(getattr(graph, "stream_transformers", ()) or ())
+        if transformers:  # LangGraph >= 1.2.x: stream transformers given at compile time
+            compile_kwargs["transformers"] = transformers
     elif isinstance(graph, StateGraph):
         builder = graph
     else:
@@ -86,6 +94,7 @@ def with_deadlines(
     if store is not None:
         compile_kwargs["store"] = store
 
+    _check_deadline_field(builder)
     for table, label in ((caps, "caps"), (mins, "min_viable")):
         unknown = sorted(set(table) - set(builder.nodes))
         if unknown:
@@ -118,6 +127,9 @@ def with_deadlines(
     }
     wrapped.branches = guard_branches(builder.branches)  # type: ignore[assignment]
     compiled = wrapped.compile(**compile_kwargs)
+    if isinstance(graph, CompiledStateGraph) and graph.config:
+        # What `.with_config(...)` gave the graph (create_agent: recursion_limit, metadata).
+        compiled = compiled.with_config(graph.config)
     has_fields = {"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels)
     settings = GraphSettings(
         timeout=timeout_s,
@@ -126,6 +138,22 @@ def with_deadlines(
         closing_message=closing_message,
     )
     return DeadlineGraph.of(compiled, settings)
+
+
+def _check_deadline_field(builder: StateGraph[Any, Any, Any, Any]) -> None:
+    """A state field named `deadline` must be the run's deadline (`DeadlineState`'s), not the
+    user's own (a due date, say): it would be read as the run's deadline."""
+    channel = builder.channels.get("deadline")
+    if channel is None or isinstance(channel, DeadlineChannel):
+        return
+    typ = getattr(channel, "typ", None)
+    kind = getattr(typ, "__name__", None) or repr(typ)
+    raise ValueError(
+        f"the state field 'deadline' ({kind}) is not the run's deadline: with_deadlines() "
+        "reads a field of that name as the run's deadline (epoch seconds). Rename your field "
+        "(for example 'due_date'), or declare it from DeadlineState (or DeadlineModel / "
+        "DeadlineDataclass) if it is meant to be the run's deadline."
+    )
 
 
 def _budget_node(runnable: Any, name: str, settings: NodeSettings, *, explicit: bool) -> Any:

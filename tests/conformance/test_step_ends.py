@@ -367,23 +367,36 @@ async def test_6_a_write_that_may_have_left_is_never_sent_again(slow_server: Slo
 # 7 ------------------------------------------------------------------------------------------------
 
 
+class Plain(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
 @pytest.mark.anyio
-async def test_7_budgeted_nodes_in_a_plain_graph_raise_deadline_exceeded_naming_the_step() -> None:
+async def test_7_budgeted_nodes_in_a_hand_built_graph_say_which_step_ran_out() -> None:
     from langgraph_deadline import budgeted, deadline_scope
 
     @budgeted(cap=0.3)
-    async def slow(state: Log) -> dict[str, Any]:
+    async def slow(state: Any) -> dict[str, Any]:
         await asyncio.sleep(5)
         return {"log": ["slow"]}
 
-    g = StateGraph(Log)
-    g.add_node("slow", slow)
-    g.add_edge(START, "slow")
+    def graph(schema: Any) -> Any:
+        g = StateGraph(schema)
+        g.add_node("slow", slow)
+        g.add_node("after", lambda s: {"log": ["after"]})
+        g.add_edge(START, "slow")
+        g.add_edge("slow", "after")
+        return g.compile()
+
+    # No deadline fields: DeadlineExceeded names the step (never LangGraph's GraphDrained).
     with pytest.raises(DeadlineExceeded) as caught:
         async with deadline_scope(5.0):
-            await g.compile().ainvoke({"log": []})
+            await graph(Plain).ainvoke({"log": []})
     assert caught.value.outcome.step == "slow"
     assert caught.value.outcome.terminal is Terminal.DEADLINE_EXCEEDED
+    # With them, the outcome is in state (with_deadlines also turns the drain into a return).
+    out = await with_deadlines(graph(Log)).ainvoke({"log": []})
+    assert out["deadline_outcome"].step == "slow" and out["log"] == []
 
 
 # 8 ------------------------------------------------------------------------------------------------

@@ -243,7 +243,8 @@ def test_a_node_returning_a_deadline_object_is_checkpointed_as_plain_data(
     cfg = {"configurable": {"thread_id": "tighten"}}
     out = with_deadlines(b, timeout=60, checkpointer=saver).invoke({"log": []}, cfg)
     assert out["deadline"] - time.time() < 1.5  # brought forward, stored as epoch seconds
-    assert isinstance(saver.get_tuple(cfg).checkpoint["channel_values"]["deadline"], float)
+    stored = saver.get_tuple(cfg).checkpoint["channel_values"]["deadline"]
+    assert stored == {"at": out["deadline"], "over": True}  # plain data; the run finished
 
 
 def test_caps_for_a_node_already_budgeted_are_refused() -> None:

@@ -88,16 +88,16 @@ async def test_hand_built_graph_with_budgeted_nodes_drains_after_the_cut(
             **{**_spec_fields(spec), "runnable": budgeted(spec.runnable, name=name)}
         )
     graph = b.compile()
+    from langgraph.errors import GraphDrained
 
     t0 = time.monotonic()
-    # The sync form only sets the contextvar: the nodes' own scopes do the cutting. With no
-    # with_deadlines above them, the cut node ends the run with DeadlineExceeded naming it
-    # (never LangGraph's GraphDrained), and no later node runs.
-    with pytest.raises(DeadlineExceeded) as caught, deadline_scope(1.0):
+    # The sync form only sets the contextvar: the nodes' own scopes do the cutting, and the
+    # run drains after node 1. The state has the deadline fields, so the node writes the outcome
+    # there; with more steps scheduled LangGraph raises GraphDrained (with_deadlines turns it
+    # into a return value; a state without the fields gets DeadlineExceeded instead).
+    with pytest.raises(GraphDrained, match="deadline_exceeded"), deadline_scope(1.0):
         await graph.ainvoke({"log": []})
     assert time.monotonic() - t0 < 1.0 + MARGIN
-    assert caught.value.outcome.terminal is Terminal.DEADLINE_EXCEEDED
-    assert caught.value.outcome.step == "fetch1"
     assert started == ["fetch1"]
     assert slow_server.wait_disconnected(2.0)
 

@@ -105,16 +105,16 @@ def test_checkpoint_values_are_plain_data_that_load_without_warnings(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from langgraph_deadline._graph.state import (
-        _OutcomeChannel,
-        _TraceChannel,
+        OutcomeChannel,
+        TraceChannel,
         merge_outcome,
         merge_trace,
     )
 
     serde = JsonPlusSerializer()
-    outcome_ch = _OutcomeChannel(type(None), merge_outcome)
+    outcome_ch = OutcomeChannel(type(None), merge_outcome)
     outcome_ch.update([Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step="a")])
-    trace_ch = _TraceChannel(list, merge_trace)
+    trace_ch = TraceChannel(list, merge_trace)
     trace_ch.update([[_record()]])
     with caplog.at_level(logging.WARNING):
         for ch in (outcome_ch, trace_ch):
@@ -166,3 +166,30 @@ def test_sqlite_round_trip_under_strict_msgpack_without_warnings(tmp_path: Any) 
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "OK", proc.stdout
+
+
+def test_a_finished_runs_deadline_is_over_and_the_next_one_replaces_it() -> None:
+    from langgraph_deadline._graph.state import DeadlineChannel
+
+    ch = DeadlineChannel(type(None), merge_deadline)
+    ch.update([100.0])
+    ch.update([200.0])
+    assert ch.get() == 100.0  # within a run: earliest wins
+    assert ch.finish() is True  # the run finished (LangGraph tells the channels)
+    assert ch.finish() is False
+    assert ch.get() == 100.0  # still visible
+    saved = JsonPlusSerializer().loads_typed(JsonPlusSerializer().dumps_typed(ch.checkpoint()))
+    assert saved == {"at": 100.0, "over": True}
+    loaded = ch.from_checkpoint(saved)
+    assert loaded.get() == 100.0 and loaded.copy().over
+    loaded.update([300.0])  # the next run's deadline
+    assert loaded.get() == 300.0 and not loaded.over
+    loaded.update([400.0])
+    assert loaded.get() == 300.0
+
+
+def test_an_older_checkpoint_with_a_bare_timestamp_still_loads() -> None:
+    from langgraph_deadline._graph.state import DeadlineChannel
+
+    ch = DeadlineChannel(type(None), merge_deadline).from_checkpoint(123.0)
+    assert ch.get() == 123.0 and not ch.over

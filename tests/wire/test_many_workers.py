@@ -4,14 +4,9 @@ both behind DeadlineASGIMiddleware, sharing a real PostgreSQL (a throwaway clust
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
-import pwd
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,67 +15,11 @@ import httpx
 import pytest
 
 from langgraph_deadline.testing import SlowServer
+from tests.postgres import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RESERVE = 0.05  # the worker's middleware reserve (the default)
 LATE = 0.4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _postgres_bin() -> Path | None:
-    """The directory of initdb and pg_ctl: Debian's newest, else whatever is on PATH."""
-    debian = sorted(
-        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-        key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0,
-    )
-    if debian:
-        return Path(debian[-1]).parent
-    initdb = shutil.which("initdb")
-    return Path(initdb).parent if initdb else None
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[str]:
-    """A throwaway PostgreSQL cluster in a temp dir, on a free loopback port; its URL."""
-    bindir = _postgres_bin()
-    if bindir is None:
-        message = "PostgreSQL server programs not found: run scripts/ensure_postgres.sh"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
-    run_as: list[str] = []
-    base = Path(tempfile.mkdtemp(prefix="langgraph-deadline-pg-"))
-    if os.geteuid() == 0:  # the server refuses to run as root
-        try:
-            user = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.fail("running as root: a 'postgres' user is needed to run the server")
-        os.chown(base, user.pw_uid, user.pw_gid)
-        run_as = ["runuser", "-u", "postgres", "--"]
-    data, port = base / "data", _free_port()
-    pg_ctl = [*run_as, str(bindir / "pg_ctl"), "-D", str(data)]
-    initdb = [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]
-    subprocess.run([*run_as, *initdb, "-E", "UTF8", "--no-sync"], check=True, capture_output=True)
-    options = (
-        f"-p {port} -k {base} -c listen_addresses=127.0.0.1 "
-        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-    )
-    subprocess.run(
-        [*pg_ctl, "-l", str(base / "server.log"), "-w", "-t", "30", "-o", options, "start"],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +44,7 @@ def workers(postgres: str, search: SlowServer) -> Iterator[tuple[str, str]]:
     uvicorn = [sys.executable, "-m", "uvicorn", "--factory"]
     uvicorn += ["examples.across_services.worker:from_env", "--host", "127.0.0.1"]
     uvicorn += ["--log-level", "warning"]
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     procs = [
         subprocess.Popen(
             [*uvicorn, "--port", str(port)],

@@ -1,0 +1,56 @@
+"""What a run's input or a state update may carry in `deadline`: a `Deadline`, epoch seconds or
+None, stored as plain epoch seconds; anything else is refused at the entry, naming the field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.types import Command, Overwrite
+
+from .._core.deadline import Deadline
+from .._core.validate import check_seconds
+
+__all__ = ["plain_input"]
+
+
+_MAX_EPOCH = 32_503_680_000.0  # year 3000: later is a unit mistake (milliseconds for seconds)
+
+
+def _checked(value: Any, not_after: float | None = None) -> Any:
+    if isinstance(value, Overwrite):
+        return Overwrite(_checked(value.value))
+    if value is None:
+        return None
+    if isinstance(value, Deadline):
+        value = value.timestamp
+    seconds = check_seconds(value, "the state field 'deadline' (epoch seconds)")
+    if seconds > _MAX_EPOCH:
+        raise ValueError(
+            f"the state field 'deadline' must be epoch seconds before year 3000, got {value!r} "
+            "(milliseconds passed as seconds?)"
+        )
+    return seconds if not_after is None else min(seconds, not_after)
+
+
+def plain_input(value: Any, *, not_after: float | None = None) -> Any:
+    """`value` (a run's input, a `Command`, or a state update) with its `deadline` as plain
+    epoch seconds, so that LangGraph can checkpoint it as it is (it does so before any reducer
+    runs). Other values are returned as they are. With `not_after`, a deadline (other than an
+    explicit `Overwrite`) later than it is brought back to it.
+
+    Raises:
+        TypeError, ValueError: the `deadline` is not a `Deadline`, None or finite epoch seconds.
+    """
+    if isinstance(value, Command):
+        update = value.update
+        if isinstance(update, Mapping):
+            update = plain_input(update, not_after=not_after)
+        elif isinstance(update, list | tuple):
+            update = [(k, _checked(v, not_after) if k == "deadline" else v) for k, v in update]
+        else:
+            return value
+        return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
+    if isinstance(value, Mapping) and "deadline" in value:
+        return {**value, "deadline": _checked(value["deadline"], not_after)}
+    return value

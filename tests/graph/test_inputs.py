@@ -1,0 +1,85 @@
+"""What a run's input may carry in `deadline`: refused at the entry when it is no deadline, and
+never able to push the run's deadline back."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, Overwrite, interrupt
+
+from langgraph_deadline import Deadline, DeadlineState, with_deadlines
+from langgraph_deadline._graph.inputs import plain_input
+
+
+class State(DeadlineState):
+    text: str
+
+
+def _graph(node: Any) -> StateGraph[Any, Any, Any, Any]:
+    b = StateGraph(State)
+    b.add_node("node", node)
+    b.add_edge(START, "node")
+    b.add_edge("node", END)
+    return b
+
+
+def _echo(state: State) -> dict[str, Any]:
+    return {"text": state["text"]}
+
+
+def test_plain_input_turns_deadlines_into_epoch_seconds_everywhere() -> None:
+    d = Deadline.after(5)
+    assert plain_input({"deadline": d, "x": 1}) == {"deadline": d.timestamp, "x": 1}
+    cmd = plain_input(Command(resume=1, update={"deadline": d}))
+    assert cmd.update == {"deadline": d.timestamp} and cmd.resume == 1
+    listed = plain_input(Command(update=[("deadline", d)]))
+    assert listed.update == [("deadline", d.timestamp)]
+    grant = plain_input({"deadline": Overwrite(d)})["deadline"]
+    assert isinstance(grant, Overwrite) and grant.value == d.timestamp
+    assert plain_input({"deadline": 10.0}, not_after=5.0) == {"deadline": 5.0}
+    assert plain_input(None) is None and plain_input("text") == "text"
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (math.nan, ValueError),
+        (math.inf, ValueError),
+        (-1.0, ValueError),
+        (time.time() * 1000, ValueError),  # milliseconds
+        ("2030-01-01", TypeError),
+        (dt.datetime.now(dt.UTC), TypeError),
+    ],
+)
+def test_a_bad_deadline_in_the_input_is_refused_at_the_entry_naming_the_field(
+    value: object, error: type[Exception]
+) -> None:
+    graph = with_deadlines(_graph(_echo), timeout=5)
+    with pytest.raises(error, match="'deadline'"):
+        graph.invoke({"text": "x", "deadline": value})
+
+
+def test_a_resume_with_a_later_deadline_does_not_extend_the_run() -> None:
+    def ask(state: State) -> dict[str, Any]:
+        return {"text": interrupt("go on?")}
+
+    graph = with_deadlines(_graph(ask), timeout=5, checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}}
+    first = graph.invoke({"text": "q"}, cfg)["deadline"]
+    out = graph.invoke(Command(resume="y", update={"deadline": time.time() + 3600}), cfg)
+    assert out["text"] == "y"
+    assert out["deadline"] == first
+
+
+def test_update_state_cannot_push_a_finished_runs_deadline_back() -> None:
+    graph = with_deadlines(_graph(_echo), timeout=5, checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}}
+    first = graph.invoke({"text": "q"}, cfg)["deadline"]
+    graph.update_state(cfg, {"deadline": Deadline.after(3600)})
+    assert graph.get_state(cfg).values["deadline"] == first
