@@ -1,11 +1,11 @@
 """MCP tools whose calls are cancelled on the server when their deadline cuts them.
 
-`langchain-mcp-adapters` opens a new session for each call by default, and the MCP client does not
-tell the server when a call is abandoned: over streamable HTTP the server's tool runs on to its
-end (the closing `DELETE` is cancelled with the call); over stdio the server process is stopped,
-which takes the client up to a few hundred ms more. `mcp_tools` keeps one session per server open
-and, when a call is cut, sends MCP's `notifications/cancelled` for it, so the server cancels the
-handler at once, on every transport.
+The MCP client never tells the server that it stopped waiting for a call, so with
+`langchain-mcp-adapters`' tools the server's handler runs on to its end over streamable HTTP (with
+its session per call, whose closing `DELETE` is cancelled with the call, or in a session kept
+open), and over stdio in a session kept open; a session per call over stdio stops the server's
+process, a few hundred ms late. `mcp_tools` keeps one session per server open and, when a call is
+cut, sends MCP's `notifications/cancelled` for it: the server cancels the handler at once.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.client import MultiServerMCPClient
+from langchain_mcp_adapters.tools import load_mcp_tools
 
 from langgraph_deadline import DeadlineTool, Terminal, deadline_tools
 from langgraph_deadline.agents import DeadlineMiddleware
@@ -181,3 +182,24 @@ async def test_mcp_tools_are_the_servers_tools_with_their_caps(stdio_log: Server
     with pytest.raises(ValueError, match="nowhere"):
         async with mcp_tools(client, server_name="nowhere"):
             pass
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable_http"])
+async def test_a_session_kept_open_by_hand_leaves_the_server_tool_running(
+    transport: str, stdio_log: ServerLog, http_server: tuple[str, ServerLog]
+) -> None:
+    # The MCP client does not tell the server about a request it stops waiting for: keeping
+    # the session open is not enough, `mcp_tools` sends the cancellation.
+    url, http_log = http_server
+    client, log = (
+        (stdio_client(stdio_log), stdio_log)
+        if transport == "stdio"
+        else (http_client(url), http_log)
+    )
+    call = f"{transport}-by-hand"
+    async with client.session("slow") as session:
+        tools = deadline_tools(await load_mcp_tools(session), default=CAP)
+        elapsed, answer = await run_agent(tools, call)
+        assert elapsed < CAP + MARGIN
+        assert_timeout_answer(answer)
+        assert await log.wait_for_end(call, within=10) == ["start", "finished"]
