@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Self
 
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool, Tool
@@ -101,7 +101,7 @@ class DeadlineTool(BaseTool):
         if name in _SHARED and name in self.__dict__:
             self.__dict__["inner"] = self.inner.model_copy(update={name: value})
 
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         copied = super().model_copy(update=update, deep=deep)
         shared = {k: v for k, v in (update or {}).items() if k in _SHARED}
         if shared:
