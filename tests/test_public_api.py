@@ -98,6 +98,20 @@ def test_instrument_module_surface() -> None:
         assert hasattr(instrument, name), name
 
 
+def test_mcp_module_surface_needs_no_mcp_package_to_import() -> None:
+    import subprocess
+    import sys
+
+    import langgraph_deadline.mcp as mcp
+
+    assert set(mcp.__all__) == {"mcp_tools"}
+    code = (
+        "import sys; import langgraph_deadline.mcp; "
+        "assert 'mcp' not in sys.modules and 'langchain_mcp_adapters' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_http_and_asgi_module_surfaces() -> None:
     import langgraph_deadline.asgi as asgi
     import langgraph_deadline.http as http
@@ -113,7 +127,7 @@ def test_every_public_name_is_in_the_api_reference() -> None:
 
     api = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
     documented = {d.rsplit(".", 1)[-1] for d in re.findall(r"^::: ([\w.]+)", api, re.M)}
-    for module in ("", ".instrument", ".http", ".asgi", ".testing", ".agents"):
+    for module in ("", ".instrument", ".http", ".asgi", ".testing", ".agents", ".mcp"):
         names = importlib.import_module("langgraph_deadline" + module).__all__
         missing = sorted(set(names) - documented)
         assert not missing, f"langgraph_deadline{module}: {missing} not in docs/api.md"

@@ -4,10 +4,12 @@ wrapper for any `BaseTool`) and `deadline_tools` (several tools from one table o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
+from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as lc_tool
+from langchain_core.tools.base import ArgsSchema
 
 from .._retry.retry import RetryOn
 from .cache import StaleCache
@@ -20,20 +22,12 @@ __all__ = ["deadline_tool", "deadline_tools"]
 
 
 def _make(inner: BaseTool, options: ToolOptions) -> DeadlineTool:
-    """`inner` (unwrapped first, if it is a deadline tool) under `options`, checked."""
+    """`inner` (unwrapped first, if it is a deadline tool) under `options`, checked; every field
+    a user of `inner` sees (name, schema, `extras`, error handling...) is this tool's too."""
     if isinstance(inner, DeadlineTool):
         inner = inner.inner
-    return DeadlineTool(
-        name=inner.name,
-        description=inner.description,
-        args_schema=inner.args_schema,
-        return_direct=inner.return_direct,
-        response_format=inner.response_format,
-        metadata=inner.metadata,
-        tags=inner.tags,
-        inner=inner,
-        options=options.checked(inner.name),
-    )
+    fields = {name: getattr(inner, name) for name in BaseTool.model_fields}
+    return DeadlineTool(**fields, inner=inner, options=options.checked(inner.name))
 
 
 @overload
@@ -51,10 +45,39 @@ def deadline_tool(
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
     description: str | None = None,
-    args_schema: Any = None,
     return_direct: bool = False,
+    args_schema: ArgsSchema | None = None,
+    infer_schema: bool = True,
     response_format: Literal["content", "content_and_artifact"] = "content",
     parse_docstring: bool = False,
+    error_on_invalid_docstring: bool = True,
+    extras: dict[str, Any] | None = None,
+) -> DeadlineTool: ...
+
+
+@overload
+def deadline_tool(
+    name_or_callable: str,
+    runnable: Runnable[Any, Any],
+    *,
+    timeout: float | None = None,
+    min_viable: float = 0.0,
+    read_only: bool = False,
+    side_effect: bool = False,
+    cache: StaleCache | None = None,
+    cache_namespace: Namespace = None,
+    message: Callable[[ToolTimeout], str] | str | None = None,
+    retry_on: RetryOn | None = None,
+    attempts: int = 3,
+    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
+    description: str | None = None,
+    return_direct: bool = False,
+    args_schema: ArgsSchema | None = None,
+    infer_schema: bool = True,
+    response_format: Literal["content", "content_and_artifact"] = "content",
+    parse_docstring: bool = False,
+    error_on_invalid_docstring: bool = True,
+    extras: dict[str, Any] | None = None,
 ) -> DeadlineTool: ...
 
 
@@ -73,15 +96,19 @@ def deadline_tool(
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
     description: str | None = None,
-    args_schema: Any = None,
     return_direct: bool = False,
+    args_schema: ArgsSchema | None = None,
+    infer_schema: bool = True,
     response_format: Literal["content", "content_and_artifact"] = "content",
     parse_docstring: bool = False,
-) -> Callable[[Callable[..., Any]], DeadlineTool]: ...
+    error_on_invalid_docstring: bool = True,
+    extras: dict[str, Any] | None = None,
+) -> Callable[[Callable[..., Any] | Runnable[Any, Any]], DeadlineTool]: ...
 
 
 def deadline_tool(
     name_or_callable: str | Callable[..., Any] | BaseTool | None = None,
+    runnable: Runnable[Any, Any] | None = None,
     *,
     timeout: float | None = None,
     min_viable: float = 0.0,
@@ -94,17 +121,22 @@ def deadline_tool(
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
     description: str | None = None,
-    args_schema: Any = None,
     return_direct: bool = False,
+    args_schema: ArgsSchema | None = None,
+    infer_schema: bool = True,
     response_format: Literal["content", "content_and_artifact"] = "content",
     parse_docstring: bool = False,
-) -> DeadlineTool | Callable[[Callable[..., Any]], DeadlineTool]:
+    error_on_invalid_docstring: bool = True,
+    extras: dict[str, Any] | None = None,
+) -> DeadlineTool | Callable[[Callable[..., Any] | Runnable[Any, Any]], DeadlineTool]:
     """A drop-in for LangChain's `@tool` whose calls live inside the run's deadline.
 
-    Same call forms as `@tool` (`@deadline_tool`, `@deadline_tool("name")`,
-    `@deadline_tool(timeout=5.0, read_only=True, cache=InMemoryStaleCache())`), and
-    `deadline_tool(existing_tool, timeout=...)` to wrap any `BaseTool`, keeping its name,
-    description and the schema the model sees.
+    Every form and option of `@tool` (`@deadline_tool`, `@deadline_tool("name")`,
+    `deadline_tool("name", runnable)`, `description=`, `args_schema=`, `extras=`, ...) builds the
+    same tool `@tool` would (same name, schemas, `extras`, error handling, `ToolMessage`s), plus
+    the deadline options: `@deadline_tool(timeout=5.0, read_only=True, cache=InMemoryStaleCache())`.
+    `deadline_tool(existing_tool, timeout=...)` wraps any `BaseTool` (an MCP tool, a toolkit's),
+    keeping all of it.
 
     Each call gets `min(timeout, remaining - reserve)`. Below `min_viable` it is not called
     and answers "skipped". Past its budget it is cancelled (a sync tool is abandoned: its thread
@@ -124,7 +156,9 @@ def deadline_tool(
     `config["metadata"]["idempotency_key"]`); its record says whether a side effect started.
 
     Raises:
-        ValueError, TypeError: bad numbers, a cache on a tool that is not read-only, etc.
+        ValueError, TypeError: bad numbers, a cache on a tool that is not read-only, `@tool`
+            options given with an existing tool (set them on that tool), and whatever `@tool`
+            raises for the same arguments.
     """
     options = ToolOptions(
         timeout=timeout,
@@ -138,27 +172,43 @@ def deadline_tool(
         attempts=attempts,
         idempotency_key=idempotency_key,
     )
+    made: dict[str, Any] = {
+        "description": description,
+        "return_direct": return_direct,
+        "args_schema": args_schema,
+        "infer_schema": infer_schema,
+        "response_format": response_format,
+        "parse_docstring": parse_docstring,
+        "error_on_invalid_docstring": error_on_invalid_docstring,
+        "extras": extras,
+    }
     if isinstance(name_or_callable, BaseTool):
+        given = sorted(k for k, v in made.items() if v != _TOOL_DEFAULTS[k])
+        if runnable is not None:
+            given.append("runnable")
+        if given:
+            raise TypeError(
+                f"deadline_tool(existing_tool) takes only deadline options; "
+                f"set {given} on {name_or_callable.name!r} itself"
+            )
         return _make(name_or_callable, options)
+    built = cast(Any, lc_tool)(name_or_callable, runnable, **made)
+    if isinstance(built, BaseTool):
+        return _make(built, options)
+    return lambda fn: _make(built(fn), options)
 
-    def build(fn: Callable[..., Any], name: str | None = None) -> DeadlineTool:
-        inner = lc_tool(
-            *((name, fn) if name else (fn,)),
-            description=description,
-            args_schema=args_schema,
-            return_direct=return_direct,
-            response_format=response_format,
-            parse_docstring=parse_docstring,
-        )
-        return _make(inner, options)
 
-    if callable(name_or_callable):
-        return build(name_or_callable)
-    if name_or_callable is not None and not isinstance(name_or_callable, str):
-        raise TypeError(
-            f"deadline_tool() takes a function, a tool or a name, got {type(name_or_callable)}"
-        )
-    return lambda fn: build(fn, name_or_callable)
+_TOOL_DEFAULTS: dict[str, Any] = {
+    "description": None,
+    "return_direct": False,
+    "args_schema": None,
+    "infer_schema": True,
+    "response_format": "content",
+    "parse_docstring": False,
+    "error_on_invalid_docstring": True,
+    "extras": None,
+}
+"""`@tool`'s own defaults: what `deadline_tool(existing_tool, ...)` accepts for its options."""
 
 
 def deadline_tools(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Self
 
 from langchain_core.runnables import RunnableConfig, ensure_config
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, Tool
 from pydantic import ConfigDict, InstanceOf
 
 from .._core.errors import DeadlineExceeded
@@ -26,13 +26,25 @@ from .options import ToolOptions
 
 __all__ = ["DeadlineTool"]
 
+_SHARED = frozenset(BaseTool.model_fields)
+"""The fields `@tool` users set on a tool; the wrapped tool is kept in step with them."""
+
+_ONE_STRING = {
+    "properties": {"__arg1": {"title": "__arg1", "type": "string"}},
+    "required": ["__arg1"],
+    "type": "object",
+}
+"""The schema LangChain gives the model for a `Tool` without `args_schema`: one string."""
+
 
 class DeadlineTool(BaseTool):
     """A tool under the run's deadline: budget `min(timeout, remaining - reserve)`; cut at it.
 
-    Made by `deadline_tool`; wraps any `BaseTool` and keeps its name, description and the schema
-    the model sees. A call that runs out of time returns a `ToolMessage` with `status="error"`
-    (or, invoked without a tool call, the message text); it never raises for a timeout.
+    Made by `deadline_tool`; wraps any `BaseTool` and keeps everything a user of that tool sees:
+    name, description, schemas, `extras`, error handling. Setting one of those on this tool
+    later sets it on the wrapped one too (on a copy: a tool you wrapped is never changed). A call
+    that runs out of time returns a `ToolMessage` with `status="error"` (or, invoked without a
+    tool call, the message text); it never raises for a timeout.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -81,6 +93,33 @@ class DeadlineTool(BaseTool):
     @property
     def idempotency_key(self) -> Callable[[Mapping[str, Any]], str] | None:
         return self.options.idempotency_key
+
+    # -- one tool to its users: the wrapped one sees what is set on this one ---------------------
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _SHARED and name in self.__dict__:
+            self.__dict__["inner"] = self.inner.model_copy(update={name: value})
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        shared = {k: v for k, v in (update or {}).items() if k in _SHARED}
+        if shared:
+            copied.__dict__["inner"] = copied.inner.model_copy(update=shared)
+        return copied
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return self.inner.args
+
+    @property
+    def tool_call_schema(self) -> Any:
+        if isinstance(self.inner, Tool) and not self.inner.args_schema:
+            return dict(_ONE_STRING)  # what the model sees of a schema-less `Tool`
+        return self.inner.tool_call_schema
+
+    def get_input_schema(self, config: RunnableConfig | None = None) -> Any:
+        return self.inner.get_input_schema(config)
 
     # -- what ToolNode inspects on tools: delegate to the wrapped one --------------------------
 

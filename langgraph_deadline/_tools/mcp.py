@@ -1,0 +1,142 @@
+"""MCP tools whose calls are cancelled on the server when their deadline cuts them.
+
+The MCP client never tells the server that it stopped waiting for a call, so with
+`langchain-mcp-adapters`' tools the server's handler runs on to its end over streamable HTTP (with
+its session per call, whose closing `DELETE` is cancelled with the call, or in a session kept
+open), and over stdio in a session kept open; a session per call over stdio stops the server's
+process, a few hundred ms late. `mcp_tools` keeps one session per server open and, when a call is
+cut, sends MCP's `notifications/cancelled` for it: the server cancels the handler at once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+from langchain_core.tools import BaseTool, StructuredTool
+
+from .cache import StaleCache
+from .make import deadline_tools
+from .tool import DeadlineTool
+
+if TYPE_CHECKING:
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+    from mcp import ClientSession
+
+__all__ = ["mcp_tools"]
+
+_CALL: contextvars.ContextVar[list[int]] = contextvars.ContextVar("langgraph_deadline_mcp_call")
+"""The request ids a tool call in this context has sent (one, unless an interceptor retries)."""
+
+
+@asynccontextmanager
+async def mcp_tools(
+    client: MultiServerMCPClient,
+    *,
+    server_name: str | None = None,
+    caps: Mapping[str, float | None] | None = None,
+    default: float | None = None,
+    read_only: Sequence[str] = (),
+    cache: StaleCache | None = None,
+    cancel_grace: float = 0.5,
+) -> AsyncIterator[list[DeadlineTool]]:
+    """The client's tools (of `server_name`, else of every server) as deadline tools, over one
+    session per server kept open inside the `async with`; a call cut by its budget is cancelled
+    on the server too (MCP `notifications/cancelled`, sent within `cancel_grace` s).
+
+    `caps`, `default`, `read_only` and `cache` are `deadline_tools`'. Use the tools inside the
+    block, in the event loop that opened it:
+
+    ```python
+    async with mcp_tools(client, default=5.0) as tools:
+        agent = create_agent(model, tools, middleware=[DeadlineMiddleware(timeout=20)])
+        await agent.ainvoke({"messages": [("user", "...")]})
+    ```
+
+    Raises:
+        ValueError: an unknown `server_name`, or `caps` / `read_only` naming an unknown tool.
+    """
+    from langchain_mcp_adapters.tools import load_mcp_tools
+
+    names = [server_name] if server_name is not None else list(client.connections)
+    async with AsyncExitStack() as stack:
+        sessions = []
+        for name in names:
+            session = await stack.enter_async_context(client.session(name))
+            _note_call_ids(session)
+            tools = await load_mcp_tools(
+                session,
+                callbacks=client.callbacks,
+                tool_interceptors=client.tool_interceptors,
+                server_name=name,
+                tool_name_prefix=client.tool_name_prefix,
+                handle_tool_errors=client.handle_tool_errors,
+            )
+            sessions.append((session, tools))
+        # Entered last, left first: cancellations still on their way go out before the close.
+        tasks = await stack.enter_async_context(anyio.create_task_group())
+        loaded = [
+            _cancelling(t, session, tasks, grace=cancel_grace)
+            for session, tools in sessions
+            for t in tools
+        ]
+        yield deadline_tools(loaded, caps=caps, default=default, read_only=read_only, cache=cache)
+
+
+def _note_call_ids(session: ClientSession) -> None:
+    """Make `session` note the id of each `tools/call` it sends for the current tool call.
+
+    MCP gives a request its id inside `send_request` (`_request_id`, read as it is taken: no
+    await comes between), and offers no other way to learn it."""
+    from mcp.types import CallToolRequest
+
+    send = session.send_request
+
+    @functools.wraps(send)
+    async def send_request(request: Any, *args: Any, **kwargs: Any) -> Any:
+        sent = _CALL.get(None)
+        if sent is not None and isinstance(request.root, CallToolRequest):
+            sent.append(session._request_id)
+        return await send(request, *args, **kwargs)
+
+    session.send_request = send_request  # type: ignore[method-assign]
+
+
+def _cancelling(
+    tool: BaseTool, session: ClientSession, tasks: anyio.abc.TaskGroup, *, grace: float
+) -> BaseTool:
+    """`tool` whose calls, when cancelled, tell the server to cancel them too (from `tasks`)."""
+    if not isinstance(tool, StructuredTool) or tool.coroutine is None:
+        return tool
+    call: Callable[..., Awaitable[Any]] = tool.coroutine
+
+    @functools.wraps(call)
+    async def cancellable(*args: Any, **kwargs: Any) -> Any:
+        sent: list[int] = []
+        token = _CALL.set(sent)
+        try:
+            return await call(*args, **kwargs)
+        except anyio.get_cancelled_exc_class():
+            # Not from here: LangChain runs the call in a task of its own, which the cut keeps
+            # cancelling, shield or no shield.
+            for request_id in sent:
+                tasks.start_soon(_cancel, session, request_id, grace)
+            raise
+        finally:
+            _CALL.reset(token)
+
+    return tool.model_copy(update={"coroutine": cancellable})
+
+
+async def _cancel(session: ClientSession, request_id: int, grace: float) -> None:
+    """Tell the server to stop request `request_id`; give up after `grace` s."""
+    from mcp.types import CancelledNotification, CancelledNotificationParams, ClientNotification
+
+    params = CancelledNotificationParams(requestId=request_id, reason="deadline exceeded")
+    with anyio.move_on_after(grace):
+        await session.send_notification(ClientNotification(CancelledNotification(params=params)))

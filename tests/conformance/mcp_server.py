@@ -1,0 +1,37 @@
+"""A local FastMCP server for the MCP tests: `python mcp_server.py LOG stdio` or
+`python mcp_server.py LOG http PORT`. Its `slow_lookup` tool sleeps, and appends to LOG what
+became of each call: `start <id>`, then `finished <id>` or `cancelled <id>`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+from mcp.server.fastmcp import FastMCP
+
+
+def serve(log: Path, transport: str, port: int = 0) -> None:
+    mcp = FastMCP("slow", host="127.0.0.1", port=port, log_level="WARNING")
+
+    def note(line: str) -> None:
+        with log.open("a") as f:
+            f.write(line + "\n")
+
+    @mcp.tool()
+    async def slow_lookup(call: str, seconds: float = 5.0) -> str:
+        """Look something up in a slow system."""
+        note(f"start {call}")
+        try:
+            await anyio.sleep(seconds)
+        except BaseException:
+            note(f"cancelled {call}")
+            raise
+        note(f"finished {call}")
+        return f"found {call}"
+
+    mcp.run("stdio" if transport == "stdio" else "streamable-http")
+
+
+if __name__ == "__main__":
+    serve(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0)

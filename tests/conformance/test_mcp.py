@@ -1,0 +1,205 @@
+"""MCP tools (langchain-mcp-adapters, a local FastMCP server) in a `create_agent` run under
+`DeadlineMiddleware`: the run ends by its deadline and the model reads the timeout message on
+every transport; whether the server's tool is cancelled depends on the path, and with
+`mcp_tools` (the recommended one) it is, over stdio and streamable HTTP alike."""
+
+from __future__ import annotations
+
+import gc
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool
+from langchain_mcp_adapters.client import MultiServerMCPClient
+from langchain_mcp_adapters.tools import load_mcp_tools
+
+from langgraph_deadline import DeadlineTool, Terminal, deadline_tools
+from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.mcp import mcp_tools
+from tests.chat_models import ScriptedChatModel, tool_calls
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+SERVER = Path(__file__).with_name("mcp_server.py")
+MARGIN = 0.5  # a loaded 2-core machine
+RUN = 3.0  # the run's timeout
+CAP = 1.0  # the tool's
+
+
+class ServerLog:
+    """What the server wrote about each call (`start`, `finished`, `cancelled` + the call's id)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.touch()
+
+    def of(self, call: str) -> list[str]:
+        lines = self.path.read_text().splitlines()
+        return [w for w, c in (line.split(" ", 1) for line in lines) if c == call]
+
+    async def wait_for_end(self, call: str, *, within: float) -> list[str]:
+        for _ in range(int(within / 0.05)):
+            if {"finished", "cancelled"} & set(self.of(call)):
+                break
+            await anyio.sleep(0.05)
+        return self.of(call)
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ServerLog]]:
+    log = ServerLog(tmp_path_factory.mktemp("mcp") / "http.log")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), str(log.path), "http", str(port)],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp", log
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+@pytest.fixture
+def stdio_log(tmp_path: Path) -> ServerLog:
+    return ServerLog(tmp_path / "stdio.log")
+
+
+def stdio_client(log: ServerLog) -> MultiServerMCPClient:
+    args = [str(SERVER), str(log.path), "stdio"]
+    return MultiServerMCPClient(
+        {"slow": {"transport": "stdio", "command": sys.executable, "args": args}}
+    )
+
+
+def http_client(url: str) -> MultiServerMCPClient:
+    return MultiServerMCPClient({"slow": {"transport": "streamable_http", "url": url}})
+
+
+async def run_agent(tools: list[BaseTool], call: str) -> tuple[float, ToolMessage]:
+    """Run an agent (3 s) whose model calls `slow_lookup` (capped at 1 s) once: how long the
+    run took, and what the model read back."""
+    model = ScriptedChatModel(
+        script=[tool_calls(("slow_lookup", {"call": call, "seconds": 4})), AIMessage("sorry")]
+    )
+    agent = create_agent(model, tools, middleware=[DeadlineMiddleware(timeout=RUN)])
+    start = time.monotonic()
+    out = await agent.ainvoke({"messages": [("user", "look it up")]})
+    elapsed = time.monotonic() - start
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+    answers = [m for m in model.calls[-1] if isinstance(m, ToolMessage)]
+    assert len(answers) == 1
+    return elapsed, answers[0]
+
+
+def assert_timeout_answer(message: ToolMessage) -> None:
+    assert message.status == "error"
+    assert "timeout" in str(message.content).lower()
+    assert message.artifact["langgraph_deadline"]["status"] == "timed_out"
+
+
+async def test_mcp_tools_over_stdio_cancel_the_server_handler_at_the_deadline(
+    stdio_log: ServerLog,
+) -> None:
+    async with mcp_tools(stdio_client(stdio_log), default=CAP) as tools:
+        elapsed, answer = await run_agent(tools, "stdio-kept")
+    assert elapsed < CAP + MARGIN
+    assert_timeout_answer(answer)
+    assert await stdio_log.wait_for_end("stdio-kept", within=2) == ["start", "cancelled"]
+
+
+async def test_mcp_tools_over_streamable_http_cancel_the_server_handler_at_the_deadline(
+    http_server: tuple[str, ServerLog],
+) -> None:
+    url, log = http_server
+    async with mcp_tools(http_client(url), default=CAP) as tools:
+        elapsed, answer = await run_agent(tools, "http-kept")
+    assert elapsed < CAP + MARGIN
+    assert_timeout_answer(answer)
+    assert await log.wait_for_end("http-kept", within=2) == ["start", "cancelled"]
+
+
+async def test_default_tools_over_stdio_stop_the_server_process_with_the_call(
+    stdio_log: ServerLog,
+) -> None:
+    # A new session (a new server process) per call: its start is part of the call's budget,
+    # and closing it waits for the process to exit (so the answer comes a little late).
+    tools = deadline_tools(await stdio_client(stdio_log).get_tools(), default=2 * CAP)
+    elapsed, answer = await run_agent(tools, "stdio-per-call")
+    assert elapsed < 2 * CAP + MARGIN + 1.0
+    assert_timeout_answer(answer)
+    assert await stdio_log.wait_for_end("stdio-per-call", within=2) == ["start", "cancelled"]
+    # The cut session leaves its process's pipes to the garbage collector (mcp's stdio client):
+    # collect them while the loop still runs, not in a later test.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+        await anyio.sleep(0.05)
+
+
+async def test_default_tools_over_streamable_http_leave_the_server_tool_running(
+    http_server: tuple[str, ServerLog],
+) -> None:
+    url, log = http_server
+    # A new session per call, whose closing request is cancelled with the call: the server
+    # never hears of the cut, and its tool runs to its end.
+    tools = deadline_tools(await http_client(url).get_tools(), default=CAP)
+    elapsed, answer = await run_agent(tools, "http-per-call")
+    assert elapsed < CAP + MARGIN
+    assert_timeout_answer(answer)
+    assert await log.wait_for_end("http-per-call", within=10) == ["start", "finished"]
+
+
+async def test_mcp_tools_are_the_servers_tools_with_their_caps(stdio_log: ServerLog) -> None:
+    client = stdio_client(stdio_log)
+    plain = {t.name: t for t in await client.get_tools()}
+    async with mcp_tools(client, caps={"slow_lookup": 2.0}) as tools:
+        (lookup,) = tools
+        assert isinstance(lookup, DeadlineTool)
+        assert lookup.timeout == 2.0
+        assert lookup.tool_call_schema == plain["slow_lookup"].tool_call_schema
+        call = {"type": "tool_call", "id": "c1", "name": "slow_lookup"}
+        answer = await lookup.ainvoke({**call, "args": {"call": "quick", "seconds": 0}})
+        assert answer.status == "success"
+        assert [b["text"] for b in answer.content] == ["found quick"]
+    with pytest.raises(ValueError, match="nowhere"):
+        async with mcp_tools(client, server_name="nowhere"):
+            pass
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable_http"])
+async def test_a_session_kept_open_by_hand_leaves_the_server_tool_running(
+    transport: str, stdio_log: ServerLog, http_server: tuple[str, ServerLog]
+) -> None:
+    # The MCP client does not tell the server about a request it stops waiting for: keeping
+    # the session open is not enough, `mcp_tools` sends the cancellation.
+    url, http_log = http_server
+    client, log = (
+        (stdio_client(stdio_log), stdio_log)
+        if transport == "stdio"
+        else (http_client(url), http_log)
+    )
+    call = f"{transport}-by-hand"
+    async with client.session("slow") as session:
+        tools = deadline_tools(await load_mcp_tools(session), default=CAP)
+        elapsed, answer = await run_agent(tools, call)
+        assert elapsed < CAP + MARGIN
+        assert_timeout_answer(answer)
+        assert await log.wait_for_end(call, within=10) == ["start", "finished"]
