@@ -91,7 +91,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.settings = MiddlewareSettings(
             timeout=timeout,
             reserve=reserve,
-            tool_caps=dict(tool_caps or {}),
+            tool_caps={} if tool_caps is None else tool_caps,
             default_tool_cap=default_tool_cap,
             model_cap=model_cap,
             model_min_viable=model_min_viable,

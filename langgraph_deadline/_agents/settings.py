@@ -6,7 +6,7 @@ import dataclasses
 import types
 from collections.abc import Mapping
 
-from .._core.validate import check_cap, check_seconds
+from .._core.validate import check_cap, check_fits, check_mapping, check_seconds
 
 __all__ = ["MiddlewareSettings"]
 
@@ -36,7 +36,7 @@ class MiddlewareSettings:
             "tool_caps": types.MappingProxyType(
                 {
                     name: check_cap(cap, f"tool_caps[{name!r}]")
-                    for name, cap in self.tool_caps.items()
+                    for name, cap in check_mapping(self.tool_caps, "tool_caps").items()
                 }
             ),
             "default_tool_cap": check_cap(self.default_tool_cap, "default_tool_cap"),
@@ -46,6 +46,16 @@ class MiddlewareSettings:
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)
+        check_fits(
+            self.timeout,
+            reserve=self.reserve,
+            needs={"model_min_viable": self.model_min_viable + self.reserve},
+        )
+        if self.model_cap is not None and self.model_min_viable > self.model_cap:
+            raise ValueError(
+                f"model_min_viable ({self.model_min_viable} s) is more than model_cap "
+                f"({self.model_cap} s): no model call could start"
+            )
 
     def tool_cap(self, name: str) -> float | None:
         """The cap of tool `name`: its own in `tool_caps`, else `default_tool_cap`."""

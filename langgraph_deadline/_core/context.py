@@ -131,6 +131,8 @@ class deadline_scope:
 
     def __init__(self, deadline: Deadline | float | None, *, name: str | None = None) -> None:
         self._requested = _coerce(deadline, "deadline")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a string, got {type(name).__name__}: {name!r}")
         self._name = name
         self._frame: ScopeFrame | None = None
         self._token: Token[tuple[ScopeFrame, ...]] | None = None

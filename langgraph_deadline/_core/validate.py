@@ -10,9 +10,12 @@ passes here never fails later, when a step runs.
 from __future__ import annotations
 
 import math
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 __all__ = [
+    "check_fits",
+    "check_mapping",
     "MAX_SECONDS",
     "check_cap",
     "check_flag",
@@ -103,3 +106,39 @@ def check_flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {type(value).__name__}: {show(value)}")
     return value
+
+
+def check_mapping(value: object, name: str) -> Mapping[Any, Any]:
+    """`value` if it is a mapping (`None` is an empty one), else raise naming `name`.
+
+    Raises:
+        TypeError: not a mapping.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"{name} must be a mapping of names to seconds, got {type(value).__name__}: "
+            f"{show(value)}"
+        )
+    return value
+
+
+def check_fits(timeout: float | None, *, reserve: float, needs: Mapping[str, float]) -> None:
+    """Refuse settings under which every run would fail at once: a `reserve` that takes the
+    whole `timeout`, or a step that needs more than the `timeout` to start.
+
+    Raises:
+        ValueError: naming the setting that cannot fit.
+    """
+    if timeout is None:
+        return
+    if reserve >= timeout > 0:
+        raise ValueError(
+            f"reserve ({reserve} s) must be less than timeout ({timeout} s): no step could run"
+        )
+    for name, need in needs.items():
+        if need > timeout:
+            raise ValueError(
+                f"{name} ({need} s) is more than timeout ({timeout} s): it could never start"
+            )

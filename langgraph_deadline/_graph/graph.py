@@ -1,7 +1,7 @@
 """`DeadlineGraph`: a compiled graph whose every run carries one deadline, and says how it ended.
 
 One module because `invoke`, `ainvoke`, `stream` and `astream` share one entry (`_start`) and
-one way of ending (`_drained`, the backstop, the late resume): apart they would each repeat it.
+one way of ending (a drain, the backstop, a late start or resume): apart they would each repeat it.
 """
 
 from __future__ import annotations

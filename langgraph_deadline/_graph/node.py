@@ -18,7 +18,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import merge_configs
 from langgraph.runtime import Runtime
 
-from .._core.validate import check_cap, check_seconds
+from .._core.validate import check_cap, check_fits, check_seconds
 from .messages import ToolResults, open_tool_calls
 from .seams import runs_on_a_thread
 from .settings import NodeSettings
@@ -94,6 +94,9 @@ def budgeted(
         min_viable=check_seconds(min_viable, "min_viable"),
         reserve=None if reserve is None else check_seconds(reserve, "reserve"),
     )
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a string, got {type(name).__name__}: {name!r}")
+    check_fits(settings.cap, reserve=0.0, needs={"min_viable": settings.min_viable})
     if node is None:
         return lambda fn: wrap_node(fn, settings, name)
     return wrap_node(node, settings, name)

@@ -97,9 +97,18 @@ def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal | 
     `NodeTimeoutError` → `DEADLINE_EXCEEDED`; a cancellation → `CANCELLED`; LangGraph's
     recursion limit → `STEP_LIMIT`; any other exception → `FAILED`; a returned state → its
     `deadline_outcome`, or `COMPLETED`. A state paused on an interrupt has not ended: `None`.
+    `None` (a graph with no output) is `COMPLETED`.
+
+    Raises:
+        TypeError: `result` is neither a state mapping, an exception nor None.
     """
     if result is None:
         return Terminal.COMPLETED
+    if not isinstance(result, BaseException | Mapping):
+        raise TypeError(
+            "terminal_of() takes what a run returned (a state mapping) or the exception it "
+            f"raised, got {type(result).__name__}: {result!r}"
+        )
     if isinstance(result, DeadlineExceeded):
         return result.outcome.terminal
     if isinstance(result, NodeTimeoutError | TimeoutError):

@@ -10,7 +10,7 @@ from typing import Any
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from .._core.validate import check_cap, check_seconds
+from .._core.validate import check_cap, check_fits, check_mapping, check_seconds
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
 from .routes import guard_branches
@@ -65,8 +65,8 @@ def with_deadlines(
     timeout_s = check_cap(timeout, "timeout")
     reserve_s = check_seconds(reserve, "reserve")
     default_cap_s = check_cap(default_cap, "default_cap")
-    caps = dict(caps or {})
-    mins = dict(min_viable or {})
+    caps = dict(check_mapping(caps, "caps"))
+    mins = dict(check_mapping(min_viable, "min_viable"))
 
     compile_kwargs: dict[str, Any] = {}
     if isinstance(graph, CompiledStateGraph):
@@ -105,6 +105,11 @@ def with_deadlines(
         caps[node] = check_cap(value, f"caps[{node!r}]")
     for node, value in mins.items():
         mins[node] = check_seconds(value, f"min_viable[{node!r}]")
+    check_fits(
+        timeout_s,
+        reserve=reserve_s,
+        needs={f"min_viable[{node!r}]": need + reserve_s for node, need in mins.items()},
+    )
 
     wrapped = copy.copy(builder)
     wrapped.nodes = {

@@ -11,6 +11,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as lc_tool
 from langchain_core.tools.base import ArgsSchema
 
+from .._core.validate import check_mapping
 from .._retry.retry import RetryOn
 from .cache import StaleCache
 from .messages import ToolTimeout
@@ -218,16 +219,21 @@ def deadline_tools(
     default: float | None = None,
     read_only: Sequence[str] = (),
     cache: StaleCache | None = None,
+    cache_namespace: Namespace = None,
 ) -> list[DeadlineTool]:
     """Wrap several tools from one table of caps: `{"search_docs": 5, "get_order": 3}` plus a
-    `default` for the rest; the tools named in `read_only` share `cache` for stale answers.
+    `default` for the rest; the tools named in `read_only` share `cache` for stale answers,
+    kept apart by `cache_namespace` (as in `deadline_tool`: by default the authenticated user,
+    else the config's `user_id`, else its `thread_id`).
 
     Raises:
         ValueError: `caps` or `read_only` names a tool that is not in `tools`.
     """
     wrapped_inner = [t if isinstance(t, BaseTool) else lc_tool(t) for t in tools]
     names = {t.name for t in wrapped_inner}
-    caps = dict(caps or {})
+    caps = dict(check_mapping(caps, "caps"))
+    if isinstance(read_only, str):
+        raise TypeError(f"read_only must be a list of tool names, got the string {read_only!r}")
     for label, given in (("caps", set(caps)), ("read_only", set(read_only))):
         unknown = sorted(given - names)
         if unknown:
@@ -239,6 +245,7 @@ def deadline_tools(
                 timeout=caps.get(t.name, default),
                 read_only=t.name in read_only,
                 cache=cache if t.name in read_only else None,
+                cache_namespace=cache_namespace,
             ),
         )
         for t in wrapped_inner

@@ -3,6 +3,7 @@ the model reads, so that it can act on a timeout instead of mistaking it for an 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from .._core.plan import Plan
@@ -52,6 +53,6 @@ def render(message: Message, info: ToolTimeout) -> str:
             tool=info.tool,
             seconds=info.budget_s or info.elapsed_s,
             status=str(info.status),
-            remaining=info.remaining_s,
+            remaining=math.inf if info.remaining_s is None else info.remaining_s,
         )
     return str(message(info))

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._core.validate import check_cap, check_seconds
+from .._core.validate import check_cap, check_flag, check_seconds
 from .._retry.policy import RetryOn, retry_predicate
 from .cache import StaleCache
 from .messages import Message
@@ -39,6 +39,19 @@ class ToolOptions:
         """
         timeout = check_cap(self.timeout, "timeout")
         min_viable = check_seconds(self.min_viable, "min_viable")
+        check_flag(self.read_only, "read_only")
+        check_flag(self.side_effect, "side_effect")
+        if timeout is not None and min_viable > timeout:
+            raise ValueError(
+                f"tool {tool!r}: min_viable ({min_viable} s) is more than timeout ({timeout} s): "
+                "the tool could never run"
+            )
+        namespace = self.cache_namespace
+        if namespace is not None and not (isinstance(namespace, str) or callable(namespace)):
+            raise TypeError(
+                "cache_namespace must be a string, a function of the config, or None, got "
+                f"{type(namespace).__name__}: {namespace!r}"
+            )
         if self.cache is not None and not self.read_only:
             raise ValueError(
                 f"tool {tool!r}: a stale cache needs read_only=True (never serve a cached "
@@ -51,6 +64,8 @@ class ToolOptions:
         message = self.message
         if message is not None and not (isinstance(message, str) or callable(message)):
             raise TypeError("message must be a format string or a function of ToolTimeout")
+        if isinstance(message, str):
+            _check_format(message)
         if self.retry_on is not None:
             retry_predicate(self.retry_on)  # a clear error now, not at the first failure
         attempts = self.attempts
@@ -59,3 +74,14 @@ class ToolOptions:
         if self.idempotency_key is not None and not callable(self.idempotency_key):
             raise TypeError("idempotency_key must be a function of the tool's arguments")
         return dataclasses.replace(self, timeout=timeout, min_viable=min_viable)
+
+
+def _check_format(message: str) -> None:
+    """A timeout text with a placeholder it cannot fill fails now, not when a timeout fires."""
+    try:
+        message.format(tool="t", seconds=1.0, status="timed_out", remaining=1.0)
+    except (KeyError, IndexError, ValueError, TypeError) as exc:
+        raise ValueError(
+            f"message {message!r} cannot be filled: use only {{tool}}, {{seconds}}, {{status}} "
+            f"and {{remaining}} ({type(exc).__name__}: {exc})"
+        ) from None

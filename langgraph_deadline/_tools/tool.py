@@ -1,5 +1,9 @@
 """`DeadlineTool`: a tool that takes its time from the run's deadline and answers the model in
-words when it runs out, instead of raising."""
+words when it runs out, instead of raising.
+
+One module because a `BaseTool` subclass's sync and async calls, its stale answers and the
+fields it hands to the tool it wraps are one class: the rules themselves live beside it.
+"""
 
 from __future__ import annotations
 

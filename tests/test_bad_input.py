@@ -1,0 +1,144 @@
+"""Bad input to the public entry points fails at once, with an error naming what is wrong: not
+later, at the first request or when a timeout fires, and never read as something else."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.tools import tool
+from langgraph.graph import START, StateGraph
+
+from langgraph_deadline import (
+    DeadlineState,
+    budgeted,
+    deadline_scope,
+    deadline_tool,
+    deadline_tools,
+    terminal_of,
+    with_deadlines,
+)
+from langgraph_deadline.agents import DeadlineMiddleware
+
+
+class State(DeadlineState):
+    log: Annotated[list[str], operator.add]
+
+
+def _builder() -> StateGraph[Any, Any, Any, Any]:
+    b = StateGraph(State)
+    b.add_node("a", lambda s: {"log": ["a"]})
+    b.add_edge(START, "a")
+    return b
+
+
+@tool
+def lookup(query: str) -> str:
+    """Look something up."""
+    return query
+
+
+CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
+    (
+        "a reserve that takes the whole timeout",
+        lambda: with_deadlines(_builder(), timeout=1.0, reserve=2.0),
+        ValueError,
+        "reserve",
+    ),
+    (
+        "a node that needs more than the timeout",
+        lambda: with_deadlines(_builder(), timeout=1.0, min_viable={"a": 5.0}),
+        ValueError,
+        "min_viable",
+    ),
+    (
+        "caps that are not a mapping",
+        lambda: with_deadlines(_builder(), caps=[1]),  # type: ignore[arg-type]
+        TypeError,
+        "caps must be a mapping",
+    ),
+    (
+        "budgeted min_viable above its cap",
+        lambda: budgeted(lambda s: s, cap=1.0, min_viable=5.0),
+        ValueError,
+        "min_viable",
+    ),
+    ("budgeted name not a string", lambda: budgeted(lambda s: s, name=5), TypeError, "name"),  # type: ignore[call-overload]
+    (
+        "read_only as a string",
+        lambda: deadline_tool(lookup, timeout=1.0, read_only="no"),  # type: ignore[call-overload]
+        TypeError,
+        "read_only",
+    ),
+    (
+        "side_effect as a string",
+        lambda: deadline_tool(lookup, timeout=1.0, side_effect="no"),  # type: ignore[call-overload]
+        TypeError,
+        "side_effect",
+    ),
+    (
+        "a timeout message with a placeholder it cannot fill",
+        lambda: deadline_tool(lookup, timeout=1.0, message="{nope}"),
+        ValueError,
+        "cannot be filled",
+    ),
+    (
+        "a tool that needs more than its timeout",
+        lambda: deadline_tool(lookup, timeout=1.0, min_viable=5.0),
+        ValueError,
+        "min_viable",
+    ),
+    (
+        "a cache namespace that is neither a string nor a function",
+        lambda: deadline_tool(lookup, timeout=1.0, cache_namespace=5),  # type: ignore[call-overload]
+        TypeError,
+        "cache_namespace",
+    ),
+    (
+        "deadline_tools' read_only as one string",
+        lambda: deadline_tools([lookup], read_only="lookup"),
+        TypeError,
+        "read_only",
+    ),
+    ("terminal_of a string", lambda: terminal_of("x"), TypeError, "terminal_of"),  # type: ignore[arg-type]
+    ("a scope name that is not a string", lambda: deadline_scope(1.0, name=5), TypeError, "name"),  # type: ignore[arg-type]
+    (
+        "a middleware reserve that takes the whole timeout",
+        lambda: DeadlineMiddleware(timeout=1.0, reserve=2.0),
+        ValueError,
+        "reserve",
+    ),
+    (
+        "a model call that needs more than the timeout",
+        lambda: DeadlineMiddleware(timeout=1.0, model_min_viable=5.0),
+        ValueError,
+        "model_min_viable",
+    ),
+    (
+        "a model min_viable above the model cap",
+        lambda: DeadlineMiddleware(model_cap=1.0, model_min_viable=5.0),
+        ValueError,
+        "model_cap",
+    ),
+    (
+        "tool caps that are not a mapping",
+        lambda: DeadlineMiddleware(tool_caps=[("x", 1)]),  # type: ignore[arg-type]
+        TypeError,
+        "tool_caps",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "call", "error", "says"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_fails_at_construction_naming_the_argument(
+    case: str, call: Callable[[], Any], error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error, match=says):
+        call()
+
+
+def test_a_remaining_placeholder_renders_even_with_no_deadline() -> None:
+    tool_ = deadline_tool(lookup, timeout=1.0, message="{tool}: {remaining:.1f} s left")
+    assert tool_.name == "lookup"
