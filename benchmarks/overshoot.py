@@ -33,7 +33,7 @@ __all__ = ["DEADLINE", "NODES", "RUNS", "run"]
 RUNS = 200
 NODES = 3
 DEADLINE = 0.5
-TARGET_P99_MS = 20.0
+TARGET_P99_MS = 0.0  # steps clamped by the deadline hand over before it
 HANG = 3600.0
 
 

@@ -191,7 +191,13 @@ def _wrap_runnable(
 
     def invoke(state: Any, config: RunnableConfig) -> Any:
         config, results = _collecting_tool_results(state, config)
-        return step.call(state, config, lambda cfg: runnable.invoke(state, cfg), results)
+        return step.call(
+            state,
+            config,
+            lambda cfg: runnable.invoke(state, cfg),
+            results,
+            stop_streams=not on_thread,  # a node with an async body too: a prebuilt agent's
+        )
 
     async def ainvoke(state: Any, config: RunnableConfig) -> Any:
         config, results = _collecting_tool_results(state, config)

@@ -48,17 +48,20 @@ class NodeStep:
         config: RunnableConfig,
         body: Callable[[RunnableConfig], Any],
         finished: Mapping[str, ToolMessage] | None = None,
+        *,
+        stop_streams: bool = False,
     ) -> Any:
         """Run a sync body under the node's budget (abandoned on a thread past it). The body
-        gets the config to run with: its model calls' token streams stop at the budget, since
-        the thread that runs them cannot be stopped."""
+        gets the config to run with; with `stop_streams` its model calls' token streams stop at
+        the budget, since the thread that runs them cannot be stopped (a callback on every run
+        below the node: kept for nodes that call models, such as prebuilt agents' nodes)."""
         if already_ended(state):
             return None
         run = run_from_config(config)
         plan = self._plan(state, run, sync=True)
         if plan.skip:
             return skipped(plan, state, run)
-        stop = plan.step_deadline()
+        stop = plan.step_deadline() if stop_streams else None
         if stop is None:
             guarded: Callable[[], Any] = lambda: body(config)  # noqa: E731
         else:
