@@ -1,0 +1,67 @@
+"""A step's budget, decided once when it starts (`plan_step`), on a manual clock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from langgraph_deadline import Deadline, ManualClock, StepStatus, deadline_scope
+from langgraph_deadline._core.plan import HANDOFF, plan_step
+from langgraph_deadline._core.tracker import RunTracker
+
+
+def test_no_deadline_and_no_cap_means_no_budget() -> None:
+    plan = plan_step("s", "node", cap=None, min_viable=0.0)
+    assert plan.budget is None and not plan.skip and not plan.clamped
+    assert plan.step_deadline() is None
+
+
+def test_a_cap_alone_is_the_budget_and_is_not_shortened() -> None:
+    plan = plan_step("s", "tool", cap=2.0, min_viable=0.5)
+    assert plan.budget == 2.0 and not plan.clamped and not plan.skip
+
+
+def test_the_deadline_clamps_the_cap_and_hands_over_early() -> None:
+    clock = ManualClock()
+    d = Deadline.after(1.0, clock=clock)
+    plan = plan_step("s", "node", cap=5.0, min_viable=0.0, deadline=d)
+    assert plan.clamped
+    assert plan.budget == pytest.approx(1.0 - HANDOFF)
+    clock.advance(0.5)
+    assert plan.remaining == pytest.approx(1.0)  # read when the step started, not now
+
+
+def test_the_runs_reserve_is_held_back_once() -> None:
+    clock = ManualClock()
+    run = RunTracker(deadline=Deadline.after(2.0, clock=clock), reserve=0.5)
+    plan = plan_step("s", "node", cap=None, min_viable=0.0, run=run)
+    assert plan.budget == pytest.approx(1.5 - HANDOFF)
+    with deadline_scope(plan.step_deadline()):  # a step inside it: no second reserve
+        inner = plan_step("t", "tool", cap=None, min_viable=0.0, run=run)
+    assert inner.budget == pytest.approx(plan.budget - HANDOFF, abs=1e-3)
+
+
+def test_below_min_viable_the_step_is_skipped_and_recorded_so() -> None:
+    d = Deadline.after(0.2, clock=ManualClock())
+    plan = plan_step("s", "model", cap=None, min_viable=1.0, deadline=d)
+    assert plan.skip
+    record = plan.record(StepStatus.SKIPPED)
+    assert record.status is StepStatus.SKIPPED and record.kind == "model"
+    assert record.allocated_ms == pytest.approx((0.2 - HANDOFF) * 1000.0)
+
+
+@given(
+    left=st.floats(min_value=0.0, max_value=1e6),
+    cap=st.one_of(st.none(), st.floats(min_value=0.0, max_value=1e6)),
+    reserve=st.floats(min_value=0.0, max_value=1e6),
+)
+def test_the_budget_never_exceeds_the_cap_or_what_is_left_less_the_reserve(
+    left: float, cap: float | None, reserve: float
+) -> None:
+    d = Deadline.after(left, clock=ManualClock())
+    plan = plan_step("s", "node", cap=cap, min_viable=0.0, deadline=d, reserve=reserve)
+    assert plan.budget is not None and plan.budget >= 0.0
+    assert plan.budget <= max(0.0, left - reserve) + 1e-9
+    if cap is not None:
+        assert plan.budget <= cap

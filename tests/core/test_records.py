@@ -1,0 +1,57 @@
+"""Step records and outcomes: plain data both ways, and the words for a step that ran out."""
+
+from __future__ import annotations
+
+import pytest
+
+from langgraph_deadline import Outcome, StepRecord, StepStatus, Terminal
+
+
+def _record(status: StepStatus, allocated_ms: float | None = 500.0) -> StepRecord:
+    return StepRecord(
+        name="search",
+        kind="tool",
+        attempt=1,
+        remaining_ms=900.0,
+        requested_ms=2000.0,
+        allocated_ms=allocated_ms,
+        clamped=True,
+        elapsed_ms=501.2,
+        status=status,
+    )
+
+
+@pytest.mark.parametrize("status", list(StepStatus))
+def test_a_record_round_trips_through_plain_data(status: StepStatus) -> None:
+    record = _record(status)
+    assert StepRecord.from_dict({**record.to_dict(), "unknown": 1}) == record
+
+
+def test_an_outcome_round_trips_through_plain_data() -> None:
+    outcome = Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step="search", reason="r", elapsed_ms=1)
+    assert Outcome.from_dict(outcome.to_dict()) == outcome
+    assert not outcome.ok and Outcome(terminal=Terminal.COMPLETED).ok
+
+
+def test_the_statuses_that_mean_ran_out() -> None:
+    assert {s for s in StepStatus if s.cut} == {StepStatus.TIMED_OUT, StepStatus.ABANDONED}
+    assert {s for s in StepStatus if s.ran_out} == {
+        StepStatus.TIMED_OUT,
+        StepStatus.ABANDONED,
+        StepStatus.SKIPPED,
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "allocated", "says"),
+    [
+        (StepStatus.SKIPPED, 500.0, "search not started: budget 500.0 ms below min_viable"),
+        (StepStatus.SKIPPED, 0.0, "search not started: no time left"),
+        (StepStatus.ABANDONED, 500.0, "overran its budget of 500.0 ms (sync work abandoned)"),
+        (StepStatus.TIMED_OUT, 500.0, "search cancelled at its budget of 500.0 ms"),
+    ],
+)
+def test_the_reason_a_step_ran_out_is_said_in_one_way(
+    status: StepStatus, allocated: float, says: str
+) -> None:
+    assert says in _record(status, allocated).ran_out_reason()

@@ -1,0 +1,94 @@
+"""Running one step under its plan: completed, failed, cut (async) or abandoned (sync)."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from langgraph_deadline import DeadlineExceeded, StepStatus
+from langgraph_deadline._core.plan import plan_step
+from langgraph_deadline._core.run import run_async, run_sync
+
+
+class Bubble(Exception):
+    """A framework's control flow (LangGraph's interrupts): passed through untouched."""
+
+
+PASS = (Bubble,)
+
+
+@pytest.mark.anyio
+async def test_an_async_step_in_time_completes_with_its_value() -> None:
+    plan = plan_step("s", "node", cap=1.0, min_viable=0.0)
+
+    async def body() -> int:
+        return 42
+
+    result = await run_async(plan, body, passthrough=PASS)
+    assert result.status is StepStatus.COMPLETED and result.value == 42
+
+
+@pytest.mark.anyio
+async def test_an_async_step_past_its_budget_is_cut_and_says_why() -> None:
+    plan = plan_step("s", "node", cap=0.1, min_viable=0.0)
+    t0 = time.monotonic()
+
+    async def body() -> None:
+        await anyio.sleep(5)
+
+    result = await run_async(plan, body, passthrough=PASS)
+    assert time.monotonic() - t0 < 1.0
+    assert result.status is StepStatus.TIMED_OUT
+    assert result.record.cancel_source == "step_cap"
+    assert isinstance(result.error, DeadlineExceeded)
+
+
+@pytest.mark.anyio
+async def test_a_steps_own_errors_are_returned_and_control_flow_passes_through() -> None:
+    plan = plan_step("s", "node", cap=1.0, min_viable=0.0)
+
+    async def broken() -> None:
+        raise ValueError("mine")
+
+    result = await run_async(plan, broken, passthrough=PASS)
+    assert result.status is StepStatus.FAILED and isinstance(result.error, ValueError)
+
+    async def interrupted() -> None:
+        raise Bubble
+
+    with pytest.raises(Bubble):
+        await run_async(plan, interrupted, passthrough=PASS)
+
+
+def test_a_sync_step_past_its_budget_is_abandoned_and_the_caller_goes_on() -> None:
+    plan = plan_step("s", "node", cap=0.1, min_viable=0.0, sync=True)
+    t0 = time.monotonic()
+    result = run_sync(plan, lambda: time.sleep(1.0), passthrough=PASS)
+    assert time.monotonic() - t0 < 0.8
+    assert result.status is StepStatus.ABANDONED
+
+
+def test_a_sync_step_that_stops_itself_at_its_budget_is_timed_out() -> None:
+    from langgraph_deadline import check
+
+    plan = plan_step("s", "node", cap=0.1, min_viable=0.0, sync=True)
+
+    def cooperative() -> None:
+        while True:
+            check()
+            time.sleep(0.01)
+
+    result = run_sync(plan, cooperative, passthrough=PASS)
+    assert result.status in (StepStatus.TIMED_OUT, StepStatus.ABANDONED)
+
+
+def test_a_sync_steps_control_flow_passes_through() -> None:
+    plan = plan_step("s", "node", cap=1.0, min_viable=0.0, sync=True)
+
+    def interrupted() -> None:
+        raise Bubble
+
+    with pytest.raises(Bubble):
+        run_sync(plan, interrupted, passthrough=PASS)
