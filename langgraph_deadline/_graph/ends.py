@@ -18,7 +18,7 @@ from langgraph.types import Command
 from .._core.deadline import Deadline
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
-from .messages import closing_reply, messages_of
+from .messages import answered, closing_reply, messages_of
 from .state import RUN_OVER, deadline_from_state
 from .terminal import emit_run_outcome, exceeded, outcome_from
 
@@ -34,6 +34,7 @@ __all__ = [
     "keep_records",
     "late",
     "too_late",
+    "ended_in_state",
     "kept_deadline",
 ]
 
@@ -104,6 +105,13 @@ def too_late(graph: DeadlineGraph, run: RunTracker, input: Any) -> Any:
 
 
 _FIELDS = frozenset({"deadline", "deadline_outcome", "deadline_trace"})
+
+
+def ended_in_state(values: Any) -> bool:
+    """True when a state says its run ended early (a sub-agent, or a node in a subgraph, wrote
+    the outcome) though no step of this graph ran out."""
+    outcome = values.get("deadline_outcome") if isinstance(values, Mapping) else None
+    return isinstance(outcome, Outcome) and outcome.terminal is not Terminal.COMPLETED
 
 
 def _clean(cfg: RunnableConfig) -> RunnableConfig:
@@ -252,7 +260,12 @@ def assemble(
     update: dict[str, Any] = {}
     settings = graph.deadline_settings
     messages = messages_of(values)
-    if messages is not None and settings.closing_message and settings.reserve > 0:
+    if (
+        messages is not None
+        and settings.closing_message
+        and settings.reserve > 0
+        and not answered(messages)
+    ):
         reply = closing_reply(messages, outcome)
         state["messages"] = [*messages, reply]
         update["messages"] = [reply]

@@ -26,6 +26,7 @@ from .ends import (
     DEADLINE_META,
     afinal_state,
     akeep_records,
+    ended_in_state,
     final_state,
     keep_records,
     kept_deadline,
@@ -178,7 +179,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         except BaseException as exc:
             emit_run_outcome(run, raised(exc))
             raise
-        if run.outcome is not None:  # a step ran out, and it was the last one
+        if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
             yield from self._closing(final_state(self, run, cfg, None), run, mode, kwargs)
         elif not prepared:
             emit_run_outcome(run, final_outcome(run, run.latest))
@@ -226,7 +227,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         except BaseException as exc:
             emit_run_outcome(run, raised(exc))
             raise
-        if run.outcome is not None:  # a step ran out, and it was the last one
+        if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
             state = await afinal_state(self, run, cfg, None)
             for chunk in self._closing(state, run, mode, kwargs):
                 yield chunk

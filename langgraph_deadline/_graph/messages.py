@@ -16,6 +16,7 @@ from .._core.timeouts import ToolTimeout, timeout_message, tool_facts
 __all__ = [
     "ToolResults",
     "answer",
+    "answered",
     "close_pending",
     "closing_reply",
     "closing_text",
@@ -36,6 +37,12 @@ def messages_of(state: Any) -> list[BaseMessage] | None:
     if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages[-3:]):
         return messages
     return None
+
+
+def answered(messages: Sequence[BaseMessage]) -> bool:
+    """True when the user has a reply: the last message is the assistant's, asking no tool."""
+    last = messages[-1] if messages else None
+    return isinstance(last, AIMessage) and not last.tool_calls
 
 
 def unanswered_tool_calls(messages: Sequence[BaseMessage] | None) -> list[ToolCall]:

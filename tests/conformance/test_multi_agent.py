@@ -192,12 +192,6 @@ async def test_a_supervisors_worker_that_runs_out_ends_the_turn_as_deadline_exce
     assert "ran out of time" in replies[-1].text  # the worker's closing reply
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="langgraph-supervisor appends its handoff-back messages after the worker's closing "
-    "reply; the run then ends on the worker's deadline_exceeded outcome, so with_deadlines "
-    "writes no closing reply after them (graph layer: _graph/ending.py)",
-)
 @pytest.mark.anyio
 async def test_a_supervisors_worker_that_runs_out_leaves_a_final_ai_message(
     server: FakeOpenAIServer,
