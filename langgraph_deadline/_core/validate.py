@@ -16,6 +16,7 @@ from typing import Any, Final
 __all__ = [
     "check_fits",
     "check_mapping",
+    "MAX_EPOCH",
     "MAX_SECONDS",
     "check_cap",
     "check_flag",
@@ -26,6 +27,8 @@ __all__ = [
 ]
 
 MAX_SECONDS: Final = 3_155_760_000.0  # 100 years of 365.25 days
+MAX_EPOCH: Final = 32_503_680_000.0
+"""Year 3000 in epoch seconds: a later instant is a unit mistake (milliseconds for seconds)."""
 
 
 def show(value: object) -> str:
@@ -77,16 +80,21 @@ def check_seconds(value: object, name: str) -> float:
 
 
 def check_timestamp(value: object, name: str) -> float:
-    """`value` as epoch seconds: a finite number >= 0, with no 100-year maximum (an instant is
-    not a duration: use `Deadline.at` to refuse ones no one means).
+    """`value` as epoch seconds: a finite number >= 0 and before year 3000 (an instant is not a
+    duration: no 100-year maximum from now; `Deadline.at` refuses the ones no one means).
 
     Raises:
         TypeError: not an int or float (bool, str and None included).
-        ValueError: negative, NaN, infinite, or beyond any float.
+        ValueError: negative, NaN, infinite, or after year 3000.
     """
     seconds = check_number(value, name, "epoch seconds")
     if seconds < 0:
         raise ValueError(f"{name} must be epoch seconds >= 0, got {show(value)}")
+    if seconds > MAX_EPOCH:
+        raise ValueError(
+            f"{name} must be epoch seconds before year 3000, got {show(value)} "
+            "(milliseconds passed as seconds?)"
+        )
     return seconds
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -15,9 +14,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Command
 
+from .._core.clock import SYSTEM_CLOCK
 from .._core.deadline import Deadline
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
+from .._core.validate import check_timestamp
 from .messages import answered, closing_reply, messages_of
 from .state import RUN_OVER, deadline_from_state
 from .terminal import emit_run_outcome, exceeded, outcome_from
@@ -41,8 +42,6 @@ __all__ = [
 DEADLINE_META: Final = "langgraph_deadline_at"
 """The checkpoint metadata key holding the run's deadline (epoch seconds)."""
 
-_MAX_EPOCH: Final = 32_503_680_000.0  # year 3000, as `Deadline.at` accepts
-
 log = logging.getLogger("langgraph_deadline")
 _PERSIST = "langgraph_deadline: write the outcome"
 
@@ -54,10 +53,11 @@ def kept_deadline(snapshot: Any) -> Deadline | None:
     if d is not None:
         return d
     metadata = getattr(snapshot, "metadata", None) or {}
-    at = metadata.get(DEADLINE_META)
-    if isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at) and at >= 0:
-        return Deadline.at(min(float(at), _MAX_EPOCH))
-    return None
+    try:  # our own metadata, but a checkpoint is storage: read it defensively
+        at = check_timestamp(metadata.get(DEADLINE_META), DEADLINE_META)
+    except (TypeError, ValueError):
+        return None
+    return Deadline._at(at, SYSTEM_CLOCK)
 
 
 def late(graph: DeadlineGraph, snapshot: Any, run: RunTracker) -> Any:

@@ -9,12 +9,9 @@ from typing import Any
 from langgraph.types import Command, Overwrite
 
 from .._core.deadline import Deadline
-from .._core.validate import check_seconds
+from .._core.validate import check_timestamp
 
 __all__ = ["plain_input"]
-
-
-_MAX_EPOCH = 32_503_680_000.0  # year 3000: later is a unit mistake (milliseconds for seconds)
 
 
 def _checked(value: Any, not_after: float | None = None) -> Any:
@@ -24,12 +21,7 @@ def _checked(value: Any, not_after: float | None = None) -> Any:
         return None
     if isinstance(value, Deadline):
         value = value.timestamp
-    seconds = check_seconds(value, "the state field 'deadline' (epoch seconds)")
-    if seconds > _MAX_EPOCH:
-        raise ValueError(
-            f"the state field 'deadline' must be epoch seconds before year 3000, got {value!r} "
-            "(milliseconds passed as seconds?)"
-        )
+    seconds = check_timestamp(value, "the state field 'deadline'")
     return seconds if not_after is None else min(seconds, not_after)
 
 
