@@ -9,7 +9,6 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from langgraph_deadline import (
     deadline_tool,
     with_deadlines,
 )
-from langgraph_deadline._core.observe import get_observers, set_observers
+from langgraph_deadline._core.observe import set_observers
 from langgraph_deadline._instrument.callbacks import RUN_EVENT, STEP_EVENT, CallbacksObserver
 from langgraph_deadline._instrument.jsonl import JsonlTraceWriter
 from tests.chat_models import tool_calls
@@ -35,8 +34,7 @@ from tests.chat_models import tool_calls
 pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("prometheus_client")
 
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
@@ -77,21 +75,6 @@ class Collector(BaseCallbackHandler):
 
     def steps(self) -> dict[str, dict[str, Any]]:
         return {data["name"]: data for name, data, _ in self.events if name == STEP_EVENT}
-
-
-@pytest.fixture(autouse=True)
-def _restore_observers() -> Iterator[None]:
-    saved = get_observers()
-    yield
-    set_observers(saved)
-
-
-@pytest.fixture
-def otel() -> tuple[OtelObserver, InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return OtelObserver(tracer_provider=provider), exporter
 
 
 def _agent_graph() -> StateGraph[Any, Any, Any, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from langgraph_deadline import Terminal
-from langgraph_deadline._core.observe import TokensEvent, get_observers, set_observers
+from langgraph_deadline._core.observe import TokensEvent, set_observers
 from langgraph_deadline._instrument.callbacks import TOKENS_EVENT, CallbacksObserver
 from langgraph_deadline._instrument.jsonl import JsonlTraceWriter
 from langgraph_deadline._report.trace import read_trace
@@ -27,8 +26,6 @@ from tests.chat_models import openai_chat as chat
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from langgraph_deadline._instrument.otel import OtelObserver
@@ -36,21 +33,6 @@ from langgraph_deadline._instrument.otel import OtelObserver
 MARGIN = 0.5
 SLOW = 0.05
 EVENT = TokensEvent(step="model", tokens=3, run_id="run-1")
-
-
-@pytest.fixture(autouse=True)
-def _restore_observers() -> Iterator[None]:
-    saved = get_observers()
-    yield
-    set_observers(saved)
-
-
-@pytest.fixture
-def otel() -> tuple[OtelObserver, InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return OtelObserver(tracer_provider=provider), exporter
 
 
 class Collector(BaseCallbackHandler):
