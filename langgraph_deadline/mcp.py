@@ -10,7 +10,8 @@ async with mcp_tools(client, default=5.0, caps={"search": 3.0}) as tools:
     await agent.ainvoke({"messages": [("user", "...")]})
 ```
 
-Needs `langchain-mcp-adapters` (and `mcp`). What each transport does without it is in
+Needs `langchain-mcp-adapters` and `mcp` (`pip install 'langgraph-deadline[mcp]'`). What each
+transport does without it is in
 `docs/howto/tools.md`.
 """
 
