@@ -11,8 +11,7 @@ async with mcp_tools(client, default=5.0, caps={"search": 3.0}) as tools:
 ```
 
 Needs `langchain-mcp-adapters` and `mcp` (`pip install 'langgraph-deadline[mcp]'`). What each
-transport does without it is in
-`docs/howto/tools.md`.
+transport does without it is in `docs/howto/tools.md`.
 """
 
 from ._tools.mcp import mcp_tools
