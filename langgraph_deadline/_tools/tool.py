@@ -280,7 +280,9 @@ class DeadlineTool(BaseTool):
         text = render(self.options.message, timeout_of(self.name, plan, rec, status=status))
         if call_id is None:
             return text
-        facts = tool_facts(status, record=rec, error=error, side_effect_started=sent)
+        facts = tool_facts(
+            status, record=rec, error=error, side_effect_started=rec.side_effect_started
+        )
         return answer(text, call_id=call_id, tool=self.name, facts=facts)
 
     # -- the stale cache ---------------------------------------------------------------------------
