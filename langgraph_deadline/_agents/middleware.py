@@ -71,7 +71,9 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     (`ModelRetryMiddleware`, `ToolRetryMiddleware`) are cut at the budget too.
 
     Raises:
-        TypeError, ValueError: a time is not a finite number >= 0, or `tokens_per_second` <= 0.
+        TypeError, ValueError: a time is not a finite number >= 0, `tokens_per_second` <= 0,
+            `tool_caps` is not a mapping, or the settings cannot fit (`reserve >= timeout`,
+            `model_min_viable` above `timeout` less `reserve`, or above `model_cap`).
     """
 
     state_schema = DeadlineAgentState

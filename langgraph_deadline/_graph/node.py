@@ -86,7 +86,8 @@ def budgeted(
 
     Raises:
         TypeError, ValueError: `cap`, `min_viable` or `reserve` is not a finite number >= 0;
-            `node` is neither a function nor a Runnable.
+            `min_viable` is above `cap`; `name` is not a string; `node` is neither a function
+            nor a Runnable.
         DeadlineExceeded: from the node, when the graph state has no deadline fields.
     """
     settings = NodeSettings(

@@ -56,9 +56,11 @@ def with_deadlines(
     (`closing_message=False` leaves it out).
 
     Raises:
-        ValueError: a name in `caps` or `min_viable` is not a node; a bad number; a state field
-            named `deadline` that is not the run's deadline (a due date of your own).
-        TypeError: `graph` is not a `StateGraph` or a compiled one.
+        ValueError: a name in `caps` or `min_viable` is not a node; a bad number; settings that
+            cannot fit (`reserve >= timeout`, a `min_viable` above `timeout` less `reserve`); a
+            state field named `deadline` that is not the run's deadline (a due date of your own).
+        TypeError: `graph` is not a `StateGraph` or a compiled one; `caps` or `min_viable` is
+            not a mapping.
     """
     if not isinstance(closing_message, bool):
         raise TypeError(f"closing_message must be a bool, got {closing_message!r}")

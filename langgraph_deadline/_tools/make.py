@@ -157,9 +157,10 @@ def deadline_tool(
     `config["metadata"]["idempotency_key"]`); its record says whether a side effect started.
 
     Raises:
-        ValueError, TypeError: bad numbers, a cache on a tool that is not read-only, `@tool`
-            options given with an existing tool (set them on that tool), and whatever `@tool`
-            raises for the same arguments.
+        ValueError, TypeError: bad numbers, `min_viable` above `timeout`, a flag that is not a
+            bool, a `message` format string with a placeholder it cannot fill, a cache on a tool
+            that is not read-only, `@tool` options given with an existing tool (set them on that
+            tool), and whatever `@tool` raises for the same arguments.
     """
     options = ToolOptions(
         timeout=timeout,
@@ -228,6 +229,7 @@ def deadline_tools(
 
     Raises:
         ValueError: `caps` or `read_only` names a tool that is not in `tools`.
+        TypeError: `caps` is not a mapping; `read_only` is a single string.
     """
     wrapped_inner = [t if isinstance(t, BaseTool) else lc_tool(t) for t in tools]
     names = {t.name for t in wrapped_inner}
