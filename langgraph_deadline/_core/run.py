@@ -7,22 +7,21 @@ through untouched: the caller names them in `passthrough`.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
-import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import anyio
 
 from .cancel import CancelSignal, current_signal
-from .context import current_scopes, deadline_scope, loop_time, step_scope
+from .context import current_scopes, loop_time, step_scope
 from .deadline import Deadline
 from .errors import DeadlineExceeded, ScopeFrame
 from .plan import Plan
 from .record import commit_record
 from .records import StepRecord, StepStatus
 from .tracker import RunTracker
+from .workers import Job
 from .workers import submit as _submit
 
 __all__ = ["StepResult", "run_async", "run_sync"]
@@ -157,22 +156,9 @@ def run_sync(
 
     if run is not None:
         run.in_flight[key] = plan
-    box: dict[str, Any] = {}
-    done = threading.Event()
     step_deadline = plan.step_deadline()
-
-    def target() -> None:
-        try:
-            with deadline_scope(step_deadline, name=plan.name):
-                box["value"] = body()
-        except BaseException as exc:
-            box["error"] = exc
-        finally:
-            done.set()
-
-    ctx = contextvars.copy_context()
-    _submit(lambda: ctx.run(target))
-    if not done.wait(plan.budget):
+    job = _submit(Job(body, step_deadline, plan.name))
+    if not job.wait(plan.budget):
         overrun = DeadlineExceeded(
             f"deadline exceeded in {plan.name} (sync work abandoned, still running)",
             deadline=step_deadline,
@@ -181,8 +167,8 @@ def run_sync(
         source = "run_deadline" if plan.clamped else "step_cap"
         rec = plan.record(StepStatus.ABANDONED, cancel_source=source)
         return _finish(run, key, commit, StepResult(rec, error=overrun))
-    if "error" in box:
-        err = box["error"]
+    err = job.error
+    if err is not None:
         if (
             isinstance(err, DeadlineExceeded)
             and step_deadline is not None
@@ -199,9 +185,7 @@ def run_sync(
         if isinstance(err, Exception):
             return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=err))
         raise err
-    return _finish(
-        run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=box["value"])
-    )
+    return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=job.value))
 
 
 def _finish(run: RunTracker | None, key: int, commit: bool, result: StepResult[T]) -> StepResult[T]:

@@ -3,13 +3,60 @@ per call, and never shared with work that overran (a thread cannot be stopped)."
 
 from __future__ import annotations
 
-import contextlib
+import _thread
+import contextvars
 import queue
 import threading
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final, Generic, TypeVar
 
-__all__ = ["submit"]
+from .context import deadline_scope
+from .deadline import Deadline
+
+__all__ = ["Job", "submit"]
+
+T = TypeVar("T")
+
+
+class Job(Generic[T]):
+    """One sync body for a worker, run in a copy of the caller's context under its deadline.
+
+    The caller waits on a lock that the worker releases when the body ends: cheaper than an
+    `Event` on the hot path, and the wait has a timeout, so the caller can walk away at its
+    budget. Once `wait` returned True, `error` is what the body raised, or None and `value` is
+    what it returned.
+    """
+
+    __slots__ = ("_body", "_context", "_deadline", "_done", "_name", "error", "value")
+
+    def __init__(self, body: Callable[[], T], deadline: Deadline | None, name: str) -> None:
+        self._body = body
+        self._context = contextvars.copy_context()  # the deadline, LangChain's callbacks, ...
+        self._deadline = deadline
+        self._name = name
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        self.value: T | None = None
+        self.error: BaseException | None = None
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the body to end; False if it is still running."""
+        return self._done.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX))
+
+    def run(self) -> None:
+        """Run the body (on a worker); never raises: its error is kept for the caller."""
+        self._context.run(self._call)
+
+    def finish(self) -> None:
+        """Wake the caller, if it is still waiting."""
+        self._done.release()
+
+    def _call(self) -> None:
+        try:
+            with deadline_scope(self._deadline, name=self._name):
+                self.value = self._body()
+        except BaseException as exc:  # handed to the caller, who decides what it means
+            self.error = exc
 
 
 class _Worker:
@@ -22,18 +69,26 @@ class _Worker:
     __slots__ = ("jobs",)
 
     def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[Job[Any]] = queue.SimpleQueue()
         threading.Thread(target=self._loop, name="langgraph-deadline-worker", daemon=True).start()
 
     def _loop(self) -> None:
+        get = self.jobs.get
         while True:
-            job = self.jobs.get()
-            with contextlib.suppress(BaseException):  # the job records its own errors
-                job()
+            job = get()
+            try:
+                job.run()
+            except BaseException as exc:  # raised into this thread from outside the body
+                job.error = exc
+            # Idle again before the caller is woken: a caller that goes straight on to its next
+            # step finds this worker free (no new thread), and the GIL free once it blocks.
             with _IDLE_LOCK:
-                if len(_IDLE) >= _MAX_IDLE:
-                    return
-                _IDLE.append(self)
+                keep = len(_IDLE) < _MAX_IDLE
+                if keep:
+                    _IDLE.append(self)
+            job.finish()
+            if not keep:
+                return
 
 
 _IDLE: list[_Worker] = []
@@ -41,9 +96,11 @@ _IDLE_LOCK = threading.Lock()
 _MAX_IDLE: Final = 8
 
 
-def submit(job: Callable[[], None]) -> None:
+def submit(job: Job[T]) -> Job[T]:
+    """Hand `job` to an idle worker (a new one if none is idle); returns it, to `wait` on."""
     with _IDLE_LOCK:
         worker = _IDLE.pop() if _IDLE else None
     if worker is None:
         worker = _Worker()
     worker.jobs.put(job)
+    return job
