@@ -18,7 +18,9 @@ whose body has been read in full, the usual case, is watched at all times.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
@@ -47,12 +49,20 @@ WATCH_AFTER: Final = 0.02  # seconds a request runs before a task watches for it
 READ_AHEAD: Final = 1  # request messages the watcher may hold that the app has not taken
 
 
+@functools.cache
+def _asyncio_scope() -> type[anyio.CancelScope]:
+    """anyio's cancel scope class on asyncio, looked up once: `anyio.CancelScope()` asks sniffio
+    which event loop runs on every call."""
+    return type(anyio.CancelScope())
+
+
 class Exchange:
     """One request/response under a deadline, watching for the client leaving while it runs."""
 
     __slots__ = (
         "_complete",
         "_cut",
+        "_cut_at",
         "_disconnected",
         "_done",
         "_inbox",
@@ -78,7 +88,8 @@ class Exchange:
         self._disconnected = False
         self._reading = False  # the app is waiting on `receive` itself
         self._done = False
-        self._cut = anyio.CancelScope()
+        self._cut: anyio.CancelScope  # made in `run`, for the event loop it runs on
+        self._cut_at = math.inf  # loop time of the cut (asyncio: our timer cuts, not anyio's)
         # The request's "stop" for work the handler starts in other tasks (LangGraph's nodes,
         # a streamed agent behind a StreamingResponse): cancelled on disconnect and at the cut.
         self._signal = CancelSignal(current_signal())
@@ -89,18 +100,24 @@ class Exchange:
 
     async def run(self, app: ASGIApp, deadline: Deadline | None, grace: float) -> None:
         started = time.monotonic()
-        if deadline is not None:
-            self._cut.deadline = anyio.current_time() + deadline.remaining() + grace
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another event loop (trio): watch from the start
+            self._cut = anyio.CancelScope()
+            if deadline is not None:
+                self._cut.deadline = anyio.current_time() + deadline.remaining() + grace
             async with anyio.create_task_group() as tg:
                 self._open_inbox()
                 tg.start_soon(self._watcher)
                 error, expired = await self._serve(app, deadline)
                 tg.cancel_scope.cancel()
         else:
-            self._timer = loop.call_later(WATCH_AFTER, self._watch, loop)
+            # One timer per request, for both jobs: start the watcher, then cut at the deadline.
+            self._cut = _asyncio_scope()()
+            now = loop.time()
+            if deadline is not None:
+                self._cut_at = now + deadline.remaining() + grace
+            self._timer = loop.call_at(min(now + WATCH_AFTER, self._cut_at), self._tick, loop)
             try:
                 error, expired = await self._serve(app, deadline)
             finally:
@@ -147,16 +164,21 @@ class Exchange:
                 self._signal.cancel("caller" if self._disconnected else "deadline")
         return None, None
 
-    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the watcher, unless the app is reading the request itself (it then sees a
-        disconnect first hand): then try again later."""
+    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The request's timer: cut at the deadline; before it, start the watcher unless the
+        app is reading the request itself (it then sees a disconnect first hand)."""
         if self._done:
             return
-        if self._reading:
-            self._timer = loop.call_later(WATCH_AFTER, self._watch, loop)
+        now = loop.time()
+        if now >= self._cut_at:
+            self._cut.cancel()
             return
-        self._open_inbox()
-        self._task = loop.create_task(self._watcher())
+        if self._task is None and not self._reading:
+            self._open_inbox()
+            self._task = loop.create_task(self._watcher())
+        when = self._cut_at if self._task is not None else min(now + WATCH_AFTER, self._cut_at)
+        if when != math.inf:
+            self._timer = loop.call_at(when, self._tick, loop)
 
     def _open_inbox(self) -> None:
         self._outbox, self._inbox = anyio.create_memory_object_stream[Message](READ_AHEAD)

@@ -259,3 +259,35 @@ async def test_the_watcher_reads_at_most_one_message_ahead_and_loses_none(
         await DeadlineASGIMiddleware(app, max_timeout=5.0)(scope, receive, send)
     assert pulled_while_busy == [2]  # one waiting for the app, one in the watcher's hand
     assert got == chunks
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.anyio
+async def test_a_handler_waiting_on_its_request_body_is_cut_at_the_deadline(
+    anyio_backend: str,
+) -> None:
+    async def receive() -> Any:
+        await anyio.sleep(30)  # a client that never sends its body
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await receive()  # the app reads the request itself: no watcher, the timer still cuts
+
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    mw = DeadlineASGIMiddleware(app, max_timeout=5.0, reserve=0.2)
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/up",
+        "headers": [(b"grpc-timeout", b"300m")],
+    }
+    t0 = anyio.current_time()
+    with anyio.fail_after(2):
+        await mw(scope, receive, send)
+    took = anyio.current_time() - t0
+    assert 0.1 <= took < 0.3  # handler deadline 0.1 s, cut half a reserve later
+    assert sent[0]["status"] == 504
+    assert json.loads(sent[1]["body"])["step"] == "POST /up"
