@@ -3,8 +3,9 @@
 Only `receive` tells an ASGI app that its client left, so something must wait on it while the
 handler works. The app reads the request itself at first; if it is still running after
 `WATCH_AFTER` and not reading, a watcher task becomes the one reader of `receive` and hands the
-app what it reads. Quick requests never pay for that task. (On event loops other than
-asyncio's, the watcher starts at once, in a task group.)
+app what it reads. Quick requests never pay for that task, nor for a timer: the requests
+younger than `WATCH_AFTER` share one per event loop. (On event loops other than asyncio's, the
+watcher starts at once, in a task group.)
 
 Memory is bounded: the watcher keeps at most `READ_AHEAD` request messages the app has not
 taken, plus the one in its hand, and stops calling `receive` until the app takes one. The
@@ -21,6 +22,7 @@ import asyncio
 import functools
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
@@ -56,6 +58,53 @@ def _asyncio_scope() -> type[anyio.CancelScope]:
     return type(anyio.CancelScope())
 
 
+class _Young:
+    """The requests on one event loop younger than `WATCH_AFTER`, oldest first, under one timer:
+    a quick request costs a dict entry, not a timer of its own."""
+
+    __slots__ = ("_due", "_timer", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._due: dict[Exchange, float] = {}  # loop time each is `WATCH_AFTER` old; ascending
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, exchange: Exchange, due: float) -> None:
+        self._due[exchange] = due
+        if self._timer is None:
+            self._timer = self.loop.call_at(due, self._fire)
+
+    def discard(self, exchange: Exchange) -> None:
+        self._due.pop(exchange, None)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = self.loop.time()
+        ripe: list[Exchange] = []
+        for exchange, due in self._due.items():
+            if due > now:
+                self._timer = self.loop.call_at(due, self._fire)
+                break
+            ripe.append(exchange)
+        for exchange in ripe:
+            del self._due[exchange]
+            exchange._tick(self.loop)
+
+
+class _PerThread(threading.local):
+    young: _Young | None = None
+
+
+_per_thread = _PerThread()  # one event loop runs in a thread at a time
+
+
+def _young(loop: asyncio.AbstractEventLoop) -> _Young:
+    young = _per_thread.young
+    if young is None or young.loop is not loop:
+        young = _per_thread.young = _Young(loop)
+    return young
+
+
 class Exchange:
     """One request/response under a deadline, watching for the client leaving while it runs."""
 
@@ -75,6 +124,7 @@ class Exchange:
         "_started",
         "_task",
         "_timer",
+        "_watch_at",
         "_where",
     )
 
@@ -89,7 +139,8 @@ class Exchange:
         self._reading = False  # the app is waiting on `receive` itself
         self._done = False
         self._cut: anyio.CancelScope  # made in `run`, for the event loop it runs on
-        self._cut_at = math.inf  # loop time of the cut (asyncio: our timer cuts, not anyio's)
+        self._cut_at = math.inf  # loop time of the cut (asyncio: `_tick` cuts, not anyio)
+        self._watch_at = math.inf  # loop time from which a watcher may start (asyncio)
         # The request's "stop" for work the handler starts in other tasks (LangGraph's nodes,
         # a streamed agent behind a StreamingResponse): cancelled on disconnect and at the cut.
         self._signal = CancelSignal(current_signal())
@@ -112,16 +163,24 @@ class Exchange:
                 error, expired = await self._serve(app, deadline)
                 tg.cancel_scope.cancel()
         else:
-            # One timer per request, for both jobs: start the watcher, then cut at the deadline.
             self._cut = _asyncio_scope()()
             now = loop.time()
+            self._watch_at = now + WATCH_AFTER
             if deadline is not None:
                 self._cut_at = now + deadline.remaining() + grace
-            self._timer = loop.call_at(min(now + WATCH_AFTER, self._cut_at), self._tick, loop)
+            young: _Young | None = None
+            if self._cut_at < self._watch_at:
+                self._timer = loop.call_at(self._cut_at, self._tick, loop)
+            else:
+                young = _young(loop)
+                young.add(self, self._watch_at)
             try:
                 error, expired = await self._serve(app, deadline)
             finally:
-                self._timer.cancel()
+                if young is not None:
+                    young.discard(self)
+                if self._timer is not None:
+                    self._timer.cancel()
                 if self._task is not None:
                     self._task.cancel()
         elapsed = time.monotonic() - started
@@ -165,18 +224,24 @@ class Exchange:
         return None, None
 
     def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The request's timer: cut at the deadline; before it, start the watcher unless the
-        app is reading the request itself (it then sees a disconnect first hand)."""
+        """Cut at the deadline; from `WATCH_AFTER` on, start the watcher unless the app is
+        reading the request itself (it then sees a disconnect first hand); then wait for the
+        next of the two. (On asyncio; anyio's deadline and a task group do this elsewhere.)"""
+        self._timer = None
         if self._done:
             return
         now = loop.time()
         if now >= self._cut_at:
             self._cut.cancel()
-            return
-        if self._task is None and not self._reading:
-            self._open_inbox()
-            self._task = loop.create_task(self._watcher())
-        when = self._cut_at if self._task is not None else min(now + WATCH_AFTER, self._cut_at)
+            self._cut_at = math.inf
+        if self._task is None and now >= self._watch_at:
+            if self._reading:
+                self._watch_at = now + WATCH_AFTER
+            else:
+                self._open_inbox()
+                self._task = loop.create_task(self._watcher())
+                self._watch_at = math.inf
+        when = min(self._watch_at, self._cut_at)
         if when != math.inf:
             self._timer = loop.call_at(when, self._tick, loop)
 
