@@ -22,7 +22,6 @@ import asyncio
 import functools
 import logging
 import math
-import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
@@ -35,6 +34,7 @@ from .._core.context import deadline_scope
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .format import error_body
+from .young import Young, young_on
 
 __all__ = ["READ_AHEAD", "WATCH_AFTER", "Exchange", "answer"]
 
@@ -56,53 +56,6 @@ def _asyncio_scope() -> type[anyio.CancelScope]:
     """anyio's cancel scope class on asyncio, looked up once: `anyio.CancelScope()` asks sniffio
     which event loop runs on every call."""
     return type(anyio.CancelScope())
-
-
-class _Young:
-    """The requests on one event loop younger than `WATCH_AFTER`, oldest first, under one timer:
-    a quick request costs a dict entry, not a timer of its own."""
-
-    __slots__ = ("_due", "_timer", "loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self._due: dict[Exchange, float] = {}  # loop time each is `WATCH_AFTER` old; ascending
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, exchange: Exchange, due: float) -> None:
-        self._due[exchange] = due
-        if self._timer is None:
-            self._timer = self.loop.call_at(due, self._fire)
-
-    def discard(self, exchange: Exchange) -> None:
-        self._due.pop(exchange, None)
-
-    def _fire(self) -> None:
-        self._timer = None
-        now = self.loop.time()
-        ripe: list[Exchange] = []
-        for exchange, due in self._due.items():
-            if due > now:
-                self._timer = self.loop.call_at(due, self._fire)
-                break
-            ripe.append(exchange)
-        for exchange in ripe:
-            del self._due[exchange]
-            exchange._tick(self.loop)
-
-
-class _PerThread(threading.local):
-    young: _Young | None = None
-
-
-_per_thread = _PerThread()  # one event loop runs in a thread at a time
-
-
-def _young(loop: asyncio.AbstractEventLoop) -> _Young:
-    young = _per_thread.young
-    if young is None or young.loop is not loop:
-        young = _per_thread.young = _Young(loop)
-    return young
 
 
 class Exchange:
@@ -168,11 +121,11 @@ class Exchange:
             self._watch_at = now + WATCH_AFTER
             if deadline is not None:
                 self._cut_at = now + deadline.remaining() + grace
-            young: _Young | None = None
+            young: Young | None = None
             if self._cut_at < self._watch_at:
-                self._timer = loop.call_at(self._cut_at, self._tick, loop)
+                self._timer = loop.call_at(self._cut_at, self.tick, loop)
             else:
-                young = _young(loop)
+                young = young_on(loop)
                 young.add(self, self._watch_at)
             try:
                 error, expired = await self._serve(app, deadline)
@@ -223,7 +176,7 @@ class Exchange:
                 self._signal.cancel("caller" if self._disconnected else "deadline")
         return None, None
 
-    def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+    def tick(self, loop: asyncio.AbstractEventLoop) -> None:
         """Cut at the deadline; from `WATCH_AFTER` on, start the watcher unless the app is
         reading the request itself (it then sees a disconnect first hand); then wait for the
         next of the two. (On asyncio; anyio's deadline and a task group do this elsewhere.)"""
@@ -243,7 +196,7 @@ class Exchange:
                 self._watch_at = math.inf
         when = min(self._watch_at, self._cut_at)
         if when != math.inf:
-            self._timer = loop.call_at(when, self._tick, loop)
+            self._timer = loop.call_at(when, self.tick, loop)
 
     def _open_inbox(self) -> None:
         self._outbox, self._inbox = anyio.create_memory_object_stream[Message](READ_AHEAD)
