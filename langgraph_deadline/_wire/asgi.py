@@ -12,7 +12,7 @@ from .._core.deadline import Deadline
 from .._core.records import Terminal
 from .._core.validate import check_cap, check_flag, check_seconds
 from .exchange import Exchange, Receive, Scope, Send, answer
-from .format import WIRE, WireFormat, clamp, error_body, read
+from .format import WIRE, WireFormat, error_body, read
 
 __all__ = ["DeadlineASGIMiddleware"]
 
@@ -106,16 +106,14 @@ class DeadlineASGIMiddleware:
             log.warning("%s: ignored a malformed deadline header: %s", where, detail)
         if got.skew is not None:
             log.debug("%s: absolute deadline %+.3f s off: ignored", where, got.skew)
+        # `clamp` in seconds: the caller's time left (or the default), never above the cap.
         received = got.deadline
-        deadline = clamp(
-            received,
-            max_timeout=self.max_timeout,
-            default_timeout=self.default_timeout,
-            clock=self.clock,
-        )
+        left = self.default_timeout if received is None else received.remaining()
+        if self.max_timeout is not None and (left is None or self.max_timeout < left):
+            left = self.max_timeout
         handler: Deadline | None = None
-        if deadline is not None:
-            left = deadline.remaining() - self.reserve
+        if left is not None:
+            left -= self.reserve
             if left <= 0.0:
                 detail = f"no time left when {where} arrived"
                 log.info("%s: %s, handler not run", where, detail)
@@ -124,7 +122,7 @@ class DeadlineASGIMiddleware:
             # The handler's code sees `deadline - reserve` and ends on its own there, with its
             # own outcome; a handler that does not is cut half a reserve later. Either way the
             # answer leaves before the caller's deadline.
-            handler = Deadline.after(left, clock=self.clock)
+            handler = Deadline._after(left, self.clock)
         await Exchange(scope, receive, send, where).run(self.app, handler, self.reserve / 2)
 
     def __repr__(self) -> str:

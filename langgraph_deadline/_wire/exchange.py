@@ -3,8 +3,9 @@
 Only `receive` tells an ASGI app that its client left, so something must wait on it while the
 handler works. The app reads the request itself at first; if it is still running after
 `WATCH_AFTER` and not reading, a watcher task becomes the one reader of `receive` and hands the
-app what it reads. Quick requests never pay for that task. (On event loops other than
-asyncio's, the watcher starts at once, in a task group.)
+app what it reads. Quick requests never pay for that task, nor for a timer: the requests
+younger than `WATCH_AFTER` share one per event loop. (On event loops other than asyncio's, the
+watcher starts at once, in a task group.)
 
 Memory is bounded: the watcher keeps at most `READ_AHEAD` request messages the app has not
 taken, plus the one in its hand, and stops calling `receive` until the app takes one. The
@@ -18,7 +19,9 @@ whose body has been read in full, the usual case, is watched at all times.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final
@@ -31,6 +34,7 @@ from .._core.context import deadline_scope
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .format import error_body
+from .young import Young, young_on
 
 __all__ = ["READ_AHEAD", "WATCH_AFTER", "Exchange", "answer"]
 
@@ -47,12 +51,20 @@ WATCH_AFTER: Final = 0.02  # seconds a request runs before a task watches for it
 READ_AHEAD: Final = 1  # request messages the watcher may hold that the app has not taken
 
 
+@functools.cache
+def _asyncio_scope() -> type[anyio.CancelScope]:
+    """anyio's cancel scope class on asyncio, looked up once: `anyio.CancelScope()` asks sniffio
+    which event loop runs on every call."""
+    return type(anyio.CancelScope())
+
+
 class Exchange:
     """One request/response under a deadline, watching for the client leaving while it runs."""
 
     __slots__ = (
         "_complete",
         "_cut",
+        "_cut_at",
         "_disconnected",
         "_done",
         "_inbox",
@@ -65,6 +77,7 @@ class Exchange:
         "_started",
         "_task",
         "_timer",
+        "_watch_at",
         "_where",
     )
 
@@ -78,7 +91,9 @@ class Exchange:
         self._disconnected = False
         self._reading = False  # the app is waiting on `receive` itself
         self._done = False
-        self._cut = anyio.CancelScope()
+        self._cut: anyio.CancelScope  # made in `run`, for the event loop it runs on
+        self._cut_at = math.inf  # loop time of the cut (asyncio: `_tick` cuts, not anyio)
+        self._watch_at = math.inf  # loop time from which a watcher may start (asyncio)
         # The request's "stop" for work the handler starts in other tasks (LangGraph's nodes,
         # a streamed agent behind a StreamingResponse): cancelled on disconnect and at the cut.
         self._signal = CancelSignal(current_signal())
@@ -89,22 +104,36 @@ class Exchange:
 
     async def run(self, app: ASGIApp, deadline: Deadline | None, grace: float) -> None:
         started = time.monotonic()
-        if deadline is not None:
-            self._cut.deadline = anyio.current_time() + deadline.remaining() + grace
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another event loop (trio): watch from the start
+            self._cut = anyio.CancelScope()
+            if deadline is not None:
+                self._cut.deadline = anyio.current_time() + deadline.remaining() + grace
             async with anyio.create_task_group() as tg:
                 self._open_inbox()
                 tg.start_soon(self._watcher)
                 error, expired = await self._serve(app, deadline)
                 tg.cancel_scope.cancel()
         else:
-            self._timer = loop.call_later(WATCH_AFTER, self._watch, loop)
+            self._cut = _asyncio_scope()()
+            now = loop.time()
+            self._watch_at = now + WATCH_AFTER
+            if deadline is not None:
+                self._cut_at = now + deadline.remaining() + grace
+            young: Young | None = None
+            if self._cut_at < self._watch_at:
+                self._timer = loop.call_at(self._cut_at, self.tick, loop)
+            else:
+                young = young_on(loop)
+                young.add(self, self._watch_at)
             try:
                 error, expired = await self._serve(app, deadline)
             finally:
-                self._timer.cancel()
+                if young is not None:
+                    young.discard(self)
+                if self._timer is not None:
+                    self._timer.cancel()
                 if self._task is not None:
                     self._task.cancel()
         elapsed = time.monotonic() - started
@@ -147,16 +176,27 @@ class Exchange:
                 self._signal.cancel("caller" if self._disconnected else "deadline")
         return None, None
 
-    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the watcher, unless the app is reading the request itself (it then sees a
-        disconnect first hand): then try again later."""
+    def tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Cut at the deadline; from `WATCH_AFTER` on, start the watcher unless the app is
+        reading the request itself (it then sees a disconnect first hand); then wait for the
+        next of the two. (On asyncio; anyio's deadline and a task group do this elsewhere.)"""
+        self._timer = None
         if self._done:
             return
-        if self._reading:
-            self._timer = loop.call_later(WATCH_AFTER, self._watch, loop)
-            return
-        self._open_inbox()
-        self._task = loop.create_task(self._watcher())
+        now = loop.time()
+        if now >= self._cut_at:
+            self._cut.cancel()
+            self._cut_at = math.inf
+        if self._task is None and now >= self._watch_at:
+            if self._reading:
+                self._watch_at = now + WATCH_AFTER
+            else:
+                self._open_inbox()
+                self._task = loop.create_task(self._watcher())
+                self._watch_at = math.inf
+        when = min(self._watch_at, self._cut_at)
+        if when != math.inf:
+            self._timer = loop.call_at(when, self.tick, loop)
 
     def _open_inbox(self) -> None:
         self._outbox, self._inbox = anyio.create_memory_object_stream[Message](READ_AHEAD)

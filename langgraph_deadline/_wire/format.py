@@ -194,7 +194,7 @@ def read(
     found = tuple(errors)
     if relative is None:
         return Received(absolute, abs_source, errors=found)
-    rel = Deadline.after(relative, clock=clock)
+    rel = Deadline._after(relative, clock)  # 0 to 1e9 s, as parsed above
     if absolute is None:
         return Received(rel, rel_source, errors=found)
     off = absolute.timestamp - rel.timestamp

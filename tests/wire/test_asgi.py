@@ -259,3 +259,80 @@ async def test_the_watcher_reads_at_most_one_message_ahead_and_loses_none(
         await DeadlineASGIMiddleware(app, max_timeout=5.0)(scope, receive, send)
     assert pulled_while_busy == [2]  # one waiting for the app, one in the watcher's hand
     assert got == chunks
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.anyio
+async def test_a_handler_waiting_on_its_request_body_is_cut_at_the_deadline(
+    anyio_backend: str,
+) -> None:
+    async def receive() -> Any:
+        await anyio.sleep(30)  # a client that never sends its body
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        await receive()  # the app reads the request itself: no watcher, the timer still cuts
+
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    mw = DeadlineASGIMiddleware(app, max_timeout=5.0, reserve=0.2)
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/up",
+        "headers": [(b"grpc-timeout", b"300m")],
+    }
+    t0 = anyio.current_time()
+    with anyio.fail_after(2):
+        await mw(scope, receive, send)
+    took = anyio.current_time() - t0
+    assert 0.1 <= took < 0.3  # handler deadline 0.1 s, cut half a reserve later
+    assert sent[0]["status"] == 504
+    assert json.loads(sent[1]["body"])["step"] == "POST /up"
+
+
+@pytest.mark.anyio
+async def test_concurrent_requests_are_each_watched_and_each_cut() -> None:
+    cancelled: list[str] = []
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(scope["path"])
+            raise
+
+    def client(leaves_after: float) -> tuple[Any, Any, list[Any]]:
+        messages = [{"type": "http.request", "body": b"", "more_body": False}]
+        sent: list[Any] = []
+
+        async def receive() -> Any:
+            if messages:
+                return messages.pop()
+            await anyio.sleep(leaves_after)
+            return {"type": "http.disconnect"}
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        return receive, send, sent
+
+    mw = DeadlineASGIMiddleware(app, max_timeout=5.0, reserve=0.02)
+    answers: dict[str, list[Any]] = {}
+
+    async def call(path: str, timeout_ms: str, leaves_after: float) -> None:
+        receive, send, answers[path] = client(leaves_after)
+        headers = [(b"x-request-timeout-ms", timeout_ms.encode())]
+        await mw({"type": "http", "method": "GET", "path": path, "headers": headers}, receive, send)
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, "/left-1", "5000", 0.1)
+            tg.start_soon(call, "/left-2", "5000", 0.15)
+            tg.start_soon(call, "/soon", "25", 30)  # cut before a watcher would start
+            tg.start_soon(call, "/later", "300", 30)
+    assert sorted(cancelled) == ["/later", "/left-1", "/left-2", "/soon"]
+    assert answers["/left-1"] == answers["/left-2"] == []  # nobody to answer
+    assert answers["/soon"][0]["status"] == answers["/later"][0]["status"] == 504
