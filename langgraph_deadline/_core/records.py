@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 __all__ = ["Outcome", "StepKind", "StepRecord", "StepStatus", "Terminal"]
 
@@ -87,17 +87,19 @@ class StepRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data (the form stored in checkpoints)."""
-        data = dataclasses.asdict(self)
+        data = {name: getattr(self, name) for name in _RECORD_FIELDS}
         data["status"] = self.status.value
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StepRecord:
         """Inverse of `to_dict`; unknown keys are ignored so old readers survive new fields."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in fields}
+        kwargs = {k: v for k, v in data.items() if k in _RECORD_FIELDS}
         kwargs["status"] = StepStatus(kwargs["status"])
         return cls(**kwargs)
+
+
+_RECORD_FIELDS: Final = tuple(f.name for f in dataclasses.fields(StepRecord))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

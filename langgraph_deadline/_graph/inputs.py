@@ -34,6 +34,10 @@ def plain_input(value: Any, *, not_after: float | None = None) -> Any:
     Raises:
         TypeError, ValueError: the `deadline` is not a `Deadline`, None or finite epoch seconds.
     """
+    if type(value) is dict:  # a node's update, the usual case
+        if "deadline" not in value:
+            return value
+        return {**value, "deadline": _checked(value["deadline"], not_after)}
     if isinstance(value, Command):
         update = value.update
         if isinstance(update, Mapping):

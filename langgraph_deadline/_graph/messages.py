@@ -31,7 +31,7 @@ _MAX_LISTED: Final = 5
 
 def messages_of(state: Any) -> list[BaseMessage] | None:
     """The state's `messages` list (LangGraph's `MessagesState` convention), or None."""
-    if not isinstance(state, Mapping):
+    if type(state) is not dict and not isinstance(state, Mapping):
         return None
     messages = state.get("messages")
     if isinstance(messages, list) and all(isinstance(m, BaseMessage) for m in messages[-3:]):
@@ -63,7 +63,10 @@ def open_tool_calls(state: Any) -> list[ToolCall]:
     """The tool calls a node given `state` is there to answer and that have no answer yet: the
     last assistant turn's, or the calls a `Send` gave it (`ToolNode` inputs: `create_agent` sends
     each tool call on its own, as `[call]`; a `ToolCallWithContext` carries one)."""
-    if isinstance(state, Mapping) and state.get("__type") == "tool_call_with_context":
+    is_map = type(state) is dict or isinstance(state, Mapping)
+    if is_map and state.get("messages") is None and state.get("__type") is None:
+        return []  # no conversation: a plain state (the hot path: every node asks)
+    if is_map and state.get("__type") == "tool_call_with_context":
         state = [state.get("tool_call")]
     if isinstance(state, list) and state and all(_is_call(c) for c in state):
         return [cast(ToolCall, c) for c in state]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, overload
 
 from langchain_core.messages import ToolMessage
@@ -187,26 +187,7 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
 def _wrap_runnable(
     runnable: Runnable[Any, Any], settings: NodeSettings, name: str | None
 ) -> Runnable[Any, Any]:
-    step = NodeStep(name or runnable.get_name(), settings)
-    on_thread = runs_on_a_thread(runnable)
-
-    def invoke(state: Any, config: RunnableConfig) -> Any:
-        config, results = _collecting_tool_results(state, config)
-        return step.call(
-            state,
-            config,
-            lambda cfg: runnable.invoke(state, cfg),
-            results,
-            stop_streams=not on_thread,  # a node with an async body too: a prebuilt agent's
-        )
-
-    async def ainvoke(state: Any, config: RunnableConfig) -> Any:
-        config, results = _collecting_tool_results(state, config)
-        return await step.acall(
-            state, config, lambda: runnable.ainvoke(state, config), results, on_thread=on_thread
-        )
-
-    return _BudgetedRunnable(invoke, ainvoke, name=step.name)
+    return _BudgetedRunnable(runnable, NodeStep(name or runnable.get_name(), settings))
 
 
 def _collecting_tool_results(
@@ -227,19 +208,40 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
 
     __langgraph_deadline__ = True
 
-    def __init__(
-        self,
-        invoke: Callable[[Any, RunnableConfig], Any],
-        ainvoke: Callable[[Any, RunnableConfig], Awaitable[Any]],
-        *,
-        name: str,
-    ) -> None:
-        super().__init__(invoke, afunc=ainvoke, name=name)
+    def __init__(self, runnable: Runnable[Any, Any], step: NodeStep) -> None:
+        on_thread = runs_on_a_thread(runnable)
+
+        def invoke(state: Any, config: RunnableConfig) -> Any:
+            config, results = _collecting_tool_results(state, config)
+            return step.call(
+                state,
+                config,
+                lambda cfg: runnable.invoke(state, cfg),
+                results,
+                stop_streams=not on_thread,  # a node with an async body too: a prebuilt agent's
+            )
+
+        async def ainvoke(state: Any, config: RunnableConfig) -> Any:
+            config, results = _collecting_tool_results(state, config)
+            return await step.acall(
+                state, config, lambda: runnable.ainvoke(state, config), results, on_thread=on_thread
+            )
+
+        super().__init__(invoke, afunc=ainvoke, name=step.name)
         self._body = invoke
-        self._abody = ainvoke
+        self._runnable = runnable
+        self._step = step
+        self._on_thread = on_thread
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return self._body(input, config or {})
 
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return await self._abody(input, config or {})
+    def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Coroutine[Any, Any, Any]:
+        # The body's coroutine itself, not one more awaiting it: every node call goes through.
+        cfg, results = _collecting_tool_results(input, config or {})
+        runnable = self._runnable
+        return self._step.acall(
+            input, cfg, lambda: runnable.ainvoke(input, cfg), results, on_thread=self._on_thread
+        )

@@ -72,7 +72,12 @@ def merge_trace(
     """Reducer for `deadline_trace`: records are appended."""
     if not update:
         return current
-    return [*current, *(_as_record(r) for r in update)]
+    new = update if type(update) is list else list(update)
+    for r in new:
+        if type(r) is not StepRecord:
+            new = [_as_record(r) for r in new]
+            break
+    return [*current, *new]
 
 
 def _as_record(value: StepRecord | Mapping[str, Any]) -> StepRecord:
@@ -89,6 +94,13 @@ class _PlainChannel(BinaryOperatorAggregate[T], Generic[T]):
         return value
 
     def update(self, values: Sequence[T]) -> bool:
+        if not values:
+            return False  # LangGraph asks every channel, each superstep
+        for v in values:
+            if isinstance(v, Overwrite | dict):
+                break
+        else:
+            return super().update(values)
         # Normalize Overwrite payloads too: they bypass the reducer.
         fixed: list[Any] = []
         for v in values:
@@ -257,7 +269,7 @@ def deadline_input(deadline: Deadline | float) -> dict[str, Any]:
 def state_fields(state: object) -> Mapping[str, Any] | None:
     """The deadline fields of a state: a mapping (TypedDict) as it is; a pydantic or dataclass
     state (`DeadlineModel`, `DeadlineDataclass`) as a mapping of those that it has."""
-    if isinstance(state, Mapping):
+    if type(state) is dict or isinstance(state, Mapping):
         return state
     names = ("deadline", "deadline_outcome", "deadline_trace")
     if state is None or not any(hasattr(state, n) for n in names):
@@ -265,8 +277,11 @@ def state_fields(state: object) -> Mapping[str, Any] | None:
     return {n: getattr(state, n) for n in names if hasattr(state, n)}
 
 
-def deadline_from_state(state: object, *, clock: Clock | None = None) -> Deadline | None:
-    """The `Deadline` recorded in a state, or None (no field, or no deadline set)."""
+def deadline_from_state(
+    state: object, *, clock: Clock | None = None, known: Deadline | None = None
+) -> Deadline | None:
+    """The `Deadline` recorded in a state, or None (no field, or no deadline set). `known` is
+    returned when it is that deadline (the run's, on the hot path: no new value is made)."""
     state = state_fields(state)
     if state is None:
         return None
@@ -275,6 +290,8 @@ def deadline_from_state(state: object, *, clock: Clock | None = None) -> Deadlin
         return None
     if isinstance(ts, Deadline):
         return ts
+    if known is not None and ts == known.timestamp:
+        return known
     if type(ts) is float:  # our own channel's plain data: already checked
         return Deadline._at(ts, SYSTEM_CLOCK if clock is None else clock)
     if isinstance(ts, int | float) and not isinstance(ts, bool):
