@@ -7,6 +7,7 @@ them changes shape.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any, Final
 
 from langgraph.errors import GraphBubbleUp
@@ -28,9 +29,16 @@ def _runtime() -> Any:
         return None
 
 
-def node_attempt() -> int:
-    """The attempt number of the node running here (LangGraph's retries count up from 1)."""
-    runtime = _runtime()
+_RUNTIME_KEY: Final = "__pregel_runtime"
+"""Where LangGraph 1.x puts a task's `Runtime` in its config (what `get_runtime()` reads)."""
+
+
+def node_attempt(config: Mapping[str, Any] | None = None) -> int:
+    """The attempt number of the node running here (LangGraph's retries count up from 1).
+
+    Given the node's `config`, it is read from there (the hot path: no context lookup)."""
+    conf = config.get("configurable", {}) if config is not None else None
+    runtime = conf.get(_RUNTIME_KEY) if conf is not None else _runtime()
     info = getattr(runtime, "execution_info", None)
     return info.node_attempt if info is not None else 1
 

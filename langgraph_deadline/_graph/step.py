@@ -29,15 +29,17 @@ class NodeStep:
     name: str
     settings: NodeSettings
 
-    def _plan(self, state: Any, run: RunTracker | None, *, sync: bool) -> Plan:
+    def _plan(
+        self, state: Any, config: RunnableConfig, run: RunTracker | None, *, sync: bool
+    ) -> Plan:
         return plan_step(
             self.name,
             "node",
             cap=self.settings.cap,
             min_viable=self.settings.min_viable,
             reserve=self.settings.reserve,
-            deadline=deadline_from_state(state),
-            attempt=node_attempt(),
+            deadline=deadline_from_state(state, known=run.deadline if run else None),
+            attempt=node_attempt(config),
             run=run,
             sync=sync,
         )
@@ -58,7 +60,7 @@ class NodeStep:
         if already_ended(state):
             return None
         run = run_from_config(config)
-        plan = self._plan(state, run, sync=True)
+        plan = self._plan(state, config, run, sync=True)
         if plan.skip:
             return skipped(plan, state, run)
         stop = plan.step_deadline() if stop_streams else None
@@ -89,7 +91,7 @@ class NodeStep:
         if already_ended(state):
             return None
         run = run_from_config(config)
-        plan = self._plan(state, run, sync=on_thread)
+        plan = self._plan(state, config, run, sync=on_thread)
         if plan.skip:
             return skipped(plan, state, run)
         with child_records() as children:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphDrained, GraphInterrupt
@@ -111,8 +112,9 @@ def test_a_drain_stops_the_run_before_the_next_node() -> None:
 def test_node_attempt_counts_langgraph_retries() -> None:
     seen: list[int] = []
 
-    def flaky(state: State) -> dict[str, Any]:
+    def flaky(state: State, config: RunnableConfig) -> dict[str, Any]:
         seen.append(node_attempt())
+        assert node_attempt(config) == seen[-1]  # read as with_deadlines reads it
         if len(seen) < 2:
             raise ConnectionError("first attempt fails")
         return {"log": ["ok"]}
@@ -124,6 +126,7 @@ def test_node_attempt_counts_langgraph_retries() -> None:
     b.compile().invoke({"log": []})
     assert seen == [1, 2]
     assert node_attempt() == 1  # outside a run
+    assert node_attempt({}) == 1
 
 
 class _Chat(DeadlineState):
