@@ -12,11 +12,15 @@ from __future__ import annotations
 import threading
 import weakref
 from contextvars import ContextVar
-from typing import Final
+from typing import Final, Protocol
 
-import anyio
+__all__ = ["Cancellable", "CancelSignal", "current_signal", "reset_signal", "set_signal"]
 
-__all__ = ["CancelSignal", "current_signal", "reset_signal", "set_signal"]
+
+class Cancellable(Protocol):
+    """What a signal cancels: a step's cut, or an anyio cancel scope."""
+
+    def cancel(self) -> object: ...
 
 
 class CancelSignal:
@@ -25,8 +29,9 @@ class CancelSignal:
     __slots__ = ("__weakref__", "_children", "_lock", "_scopes", "source")
 
     def __init__(self, parent: CancelSignal | None = None) -> None:
-        self._scopes: set[anyio.CancelScope] = set()
-        self._children: weakref.WeakSet[CancelSignal] = weakref.WeakSet()
+        # Made on first use: most signals (one per run) never get a child.
+        self._scopes: set[Cancellable] = set()
+        self._children: weakref.WeakSet[CancelSignal] | None = None
         self._lock = threading.Lock()
         self.source: str | None = None
         if parent is not None:
@@ -38,19 +43,21 @@ class CancelSignal:
 
     def _adopt(self, child: CancelSignal) -> None:
         with self._lock:
+            if self._children is None:
+                self._children = weakref.WeakSet()
             self._children.add(child)
             cancelled = self.source
         if cancelled is not None:
             child.cancel(cancelled)
 
-    def register(self, scope: anyio.CancelScope) -> None:
+    def register(self, scope: Cancellable) -> None:
         with self._lock:
             self._scopes.add(scope)
             cancelled = self.source is not None
         if cancelled:
             scope.cancel()
 
-    def unregister(self, scope: anyio.CancelScope) -> None:
+    def unregister(self, scope: Cancellable) -> None:
         with self._lock:
             self._scopes.discard(scope)
 
@@ -61,7 +68,7 @@ class CancelSignal:
                 return
             self.source = source
             scopes = list(self._scopes)
-            children = list(self._children)
+            children = list(self._children or ())
         for scope in scopes:
             scope.cancel()
         for child in children:

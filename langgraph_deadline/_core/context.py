@@ -27,6 +27,8 @@ __all__ = [
     "current_deadline",
     "current_scopes",
     "deadline_scope",
+    "pop_step",
+    "push_step",
     "remaining",
 ]
 
@@ -51,6 +53,18 @@ def current_deadline() -> Deadline | None:
 def current_scopes() -> tuple[ScopeFrame, ...]:
     """The open deadline scopes, outermost first: who asked for what, and who clamped."""
     return _SCOPES.get()
+
+
+def push_step(deadline: Deadline, name: str) -> Token[tuple[ScopeFrame, ...]]:
+    """Open a step's scope in context (its deadline, clamped by the one in force); the hot-path
+    form of `step_scope`, undone with `pop_step`."""
+    frames = _SCOPES.get()
+    effective = deadline.earliest(frames[-1].effective) if frames else deadline
+    return _SCOPES.set((*frames, ScopeFrame(name, deadline, effective)))
+
+
+def pop_step(token: Token[tuple[ScopeFrame, ...]]) -> None:
+    _SCOPES.reset(token)
 
 
 def remaining() -> float:

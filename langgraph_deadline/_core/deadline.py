@@ -100,6 +100,12 @@ class Deadline:
         """`at` without argument checks, for epoch seconds read back from our own state field."""
         return cls(monotonic=clock.monotonic() + (wall - clock.time()), wall=wall, clock=clock)
 
+    def _moved(self, seconds: float) -> Deadline:
+        """This deadline moved by `seconds` (negative: earlier), for budgets computed here."""
+        return Deadline(
+            monotonic=self._mono + seconds, wall=self._wall + seconds, clock=self._clock
+        )
+
     # -- readings -------------------------------------------------------------------------------
 
     @property

@@ -8,11 +8,11 @@ from typing import Final
 
 from .clock import SYSTEM_CLOCK
 from .context import current_deadline
-from .deadline import Deadline, earliest
+from .deadline import Deadline
 from .records import StepKind, StepRecord, StepStatus
 from .tracker import RunTracker
 
-__all__ = ["HANDOFF", "Plan", "plan_step"]
+__all__ = ["HANDOFF", "Plan", "plan_step", "run_step_end"]
 
 HANDOFF: Final = 0.01
 """Seconds a step clamped by an enclosing deadline ends before it, so that the step's own
@@ -35,6 +35,7 @@ class Plan:
     started: float
     sync: bool = False
     started_at: float = 0.0
+    ends: Deadline | None = None  # the step's own deadline: `budget` from `started`
 
     @property
     def skip(self) -> bool:
@@ -51,10 +52,8 @@ class Plan:
         return self.cap is None or self.budget < self.cap
 
     def step_deadline(self) -> Deadline | None:
-        if self.budget is None:
-            return None
-        clock = self.deadline.clock if self.deadline else SYSTEM_CLOCK
-        return Deadline._after(self.budget, clock).earliest(self.deadline)
+        """The instant the step's budget runs out (None: no budget)."""
+        return self.ends
 
     def record(
         self,
@@ -63,14 +62,17 @@ class Plan:
         side_effect_started: bool = False,
         cancel_source: str | None = None,
     ) -> StepRecord:
+        budget, cap, left = self.budget, self.cap, self.remaining
         return StepRecord(
             name=self.name,
             kind=self.kind,
             attempt=self.attempt,
-            remaining_ms=_ms(self.remaining),
-            requested_ms=_ms(self.cap),
-            allocated_ms=_ms(self.budget),
-            clamped=self.clamped,
+            remaining_ms=None if left is None else round(left * 1000.0, 3),
+            requested_ms=None if cap is None else round(cap * 1000.0, 3),
+            allocated_ms=None if budget is None else round(budget * 1000.0, 3),
+            clamped=budget is not None
+            and self.deadline is not None
+            and (cap is None or budget < cap),
             elapsed_ms=(time.monotonic() - self.started) * 1000.0,
             status=status,
             side_effect_started=side_effect_started,
@@ -79,8 +81,24 @@ class Plan:
         )
 
 
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000.0, 3)
+def run_step_end(run: RunTracker) -> Deadline:
+    """The instant every step clamped by the run's own deadline ends at: the same `Deadline`
+    object for all of them, so that they can share one timer (`alarm.py`)."""
+    assert run.deadline is not None
+    kept = run.step_end
+    if kept is not None and kept[0] is run.deadline:
+        return kept[1]
+    end = run.deadline._moved(-(run.reserve + HANDOFF))
+    run.step_end = (run.deadline, end)
+    return end
+
+
+def _earlier(a: Deadline | None, b: Deadline | None) -> Deadline | None:
+    if a is None or a is b:
+        return b
+    if b is None:
+        return a
+    return a if a <= b else b
 
 
 def plan_step(
@@ -103,23 +121,38 @@ def plan_step(
     back, and is not cut twice. An explicit `reserve` is held back from all of them.
     """
     ctx = current_deadline()
-    own = earliest(deadline, run.deadline if run else None)
-    d = earliest(own, ctx)
+    own = _earlier(deadline, run.deadline if run is not None else None)
+    d = _earlier(own, ctx)
+    started = time.monotonic()
     if d is None:
         left = None
         budget = cap
+        ends = None if cap is None else Deadline._after(cap, SYSTEM_CLOCK)
     else:
-        left = d.remaining()
+        clock = d.clock
+        now = started if clock is SYSTEM_CLOCK else clock.monotonic()
+        left = max(0.0, d._mono - now)
+        shared = False  # the run's own deadline sets this budget (see `run_step_end`)
         if reserve is not None:
-            budget = d._budget(cap, reserve)
+            budget = left - reserve
         else:
-            budget = own._budget(cap, run.reserve if run else 0.0) if own is not None else cap
+            budget = (own._mono - now - (run.reserve if run else 0.0)) if own is not None else None
+            shared = run is not None and own is run.deadline
             if ctx is not None:
-                from_ctx = ctx._budget(None, 0.0)
-                budget = from_ctx if budget is None or from_ctx < budget else budget
+                from_ctx = ctx._mono - now
+                if budget is None or from_ctx < budget:
+                    budget, shared = from_ctx, False
         assert budget is not None
-        if cap is None or budget < cap:
+        # A clamped step ends HANDOFF before the enclosing deadline; one its cap set does not.
+        if cap is not None and cap <= budget:
+            budget, shared = cap, False
+        else:
             budget = max(0.0, budget - HANDOFF)
+        if shared and budget > 0.0:
+            assert run is not None
+            ends = run_step_end(run)
+        else:
+            ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
     return Plan(
         name=name,
         kind=kind,
@@ -129,7 +162,8 @@ def plan_step(
         cap=cap,
         budget=budget,
         min_viable=min_viable,
-        started=time.monotonic(),
+        started=started,
         sync=sync,
         started_at=time.time(),
+        ends=ends,
     )

@@ -7,14 +7,17 @@ through untouched: the caller names them in `passthrough`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Generic, NoReturn, TypeVar
 
 import anyio
 
+from .alarm import RunAlarm
 from .cancel import CancelSignal, current_signal
-from .context import current_scopes, loop_time, step_scope
+from .context import current_scopes, pop_step, push_step, step_scope
+from .cut import Cut
 from .deadline import Deadline
 from .errors import DeadlineExceeded, ScopeFrame
 from .plan import Plan
@@ -65,10 +68,7 @@ async def run_async(
     step_deadline = plan.step_deadline()
     signal = run.signal if run is not None else current_signal()
     try:
-        if signal is None:
-            value = await _bounded(body, step_deadline, plan.name)
-        else:
-            value = await _guarded(body, step_deadline, plan.name, signal)
+        value = await _cut(body, step_deadline, plan.name, signal, run)
     except DeadlineExceeded as exc:
         if step_deadline is None or not step_deadline.expired:
             # Raised below this step (a shorter inner scope, a client) with time left: it failed.
@@ -104,35 +104,95 @@ async def run_async(
     return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=value))
 
 
-async def _guarded(
-    body: Callable[[], Awaitable[T]], deadline: Deadline | None, name: str, signal: CancelSignal
+async def _cut(
+    body: Callable[[], Awaitable[T]],
+    deadline: Deadline | None,
+    name: str,
+    signal: CancelSignal | None,
+    run: RunTracker | None = None,
 ) -> T:
-    """`_bounded`, and the parent's "stop" too (ctx.Done()): one cancel scope does both jobs,
-    registered with the signal so that it reaches this step even in a task LangGraph made."""
-    scope = anyio.CancelScope()
-    if deadline is not None:
-        scope.deadline = loop_time() + deadline.remaining()
-    signal.register(scope)
-    chain: tuple[ScopeFrame, ...] = ()
+    """Await `body` with the step's deadline in context, cancelled at that deadline and by the
+    parent's "stop" (the cancel signal, Go's ctx.Done()), which reaches the step even in a task
+    LangGraph made. A cancellation of its own becomes `DeadlineExceeded` (or, when the signal
+    caused it, the caller's cancellation); any other passes through. A step that ends when the
+    run's nodes end joins the run's one timer for that instant instead of arming its own."""
+    if deadline is None and signal is None:
+        return await body()
     try:
-        with step_scope(deadline, name=name), scope:  # sync form: the deadline in context only
-            chain = current_scopes()
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio): an anyio scope does the same job
+        return await _anyio_cut(body, deadline, name, signal)
+    task = asyncio.current_task(loop)
+    if task is None:
+        return await _anyio_cut(body, deadline, name, signal)
+    cut = Cut(loop, task)
+    token = None
+    alarm = None
+    if deadline is not None:
+        shared = run.step_end if run is not None else None
+        if shared is not None and deadline is shared[1]:
+            assert run is not None
+            if run.alarm is None:
+                run.alarm = RunAlarm(loop, loop.time() + deadline.remaining())
+            if run.alarm.loop is loop:  # (a run spread over two loops: its own timer)
+                alarm = run.alarm
+                if alarm.fired:
+                    cut.cancel()
+                alarm.cuts.add(cut)
+        if alarm is None:
+            cut.arm(loop.time() + deadline.remaining())
+        token = push_step(deadline, name)
+    if signal is not None:
+        signal.register(cut)
+    try:
+        with cut:
             return await body()
     finally:
-        signal.unregister(scope)
-    # Only reached when the scope caught its own cancellation: which of the two was it?
-    if signal.cancelled and not (deadline is not None and deadline.expired):
+        if signal is not None:
+            signal.unregister(cut)
+        if alarm is not None:
+            alarm.cuts.discard(cut)
+        chain = current_scopes() if cut.caught else ()
+        if token is not None:
+            pop_step(token)
+    # Only reached when the cut caught its own cancellation: which of the two was it?
+    return _cut_caught(deadline, name, signal, chain)
+
+
+def _cut_caught(
+    deadline: Deadline | None,
+    name: str,
+    signal: CancelSignal | None,
+    chain: tuple[ScopeFrame, ...],
+) -> NoReturn:
+    if signal is not None and signal.cancelled and not (deadline is not None and deadline.expired):
         raise anyio.get_cancelled_exc_class()("cancelled by the caller")
     raise DeadlineExceeded(
         f"deadline exceeded in {name}", deadline=deadline, step=name, scopes=chain
     )
 
 
-async def _bounded(body: Callable[[], Awaitable[T]], deadline: Deadline | None, name: str) -> T:
-    if deadline is None:
-        return await body()
-    async with step_scope(deadline, name=name):
-        return await body()
+async def _anyio_cut(
+    body: Callable[[], Awaitable[T]],
+    deadline: Deadline | None,
+    name: str,
+    signal: CancelSignal | None,
+) -> T:
+    """`_cut` off asyncio, with an anyio cancel scope."""
+    scope = anyio.CancelScope()
+    if deadline is not None:
+        scope.deadline = anyio.current_time() + deadline.remaining()
+    if signal is not None:
+        signal.register(scope)
+    chain: tuple[ScopeFrame, ...] = ()
+    try:
+        with step_scope(deadline, name=name), scope:  # sync form: the deadline in context only
+            chain = current_scopes()
+            return await body()
+    finally:
+        if signal is not None:
+            signal.unregister(scope)
+    return _cut_caught(deadline, name, signal, chain)
 
 
 def run_sync(

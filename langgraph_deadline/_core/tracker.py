@@ -14,6 +14,7 @@ from .observe import emit_step
 from .records import Outcome, StepRecord, StepStatus
 
 if TYPE_CHECKING:
+    from .alarm import RunAlarm
     from .plan import Plan
 
 __all__ = ["RUN_KEY", "RunTracker", "run_from_config"]
@@ -40,6 +41,16 @@ class RunTracker:
     resumable: bool = False  # checkpointed: a step cut mid-superstep can stay pending there
     final: Any = None  # the state a run that ended early returns
     final_news: bool = False  # that state says more than the stream did
+    # The instant the run's nodes end at (its deadline less reserve and hand-off, for the
+    # deadline it was computed from), and the one timer for it (`alarm.py`).
+    step_end: tuple[Deadline, Deadline] | None = None
+    alarm: RunAlarm | None = None
+
+    def close_alarm(self) -> None:
+        """The run is over: its nodes' shared timer goes."""
+        if self.alarm is not None:
+            self.alarm.close()
+            self.alarm = None
 
     def clock_now(self) -> float:
         return time.monotonic()

@@ -18,6 +18,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Overwrite, StateUpdate
 
 from .._core.context import current_deadline
+from .._core.cut import Cut
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.tracker import RUN_KEY, RunTracker
@@ -97,7 +98,8 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
         run = RunTracker(deadline=d, reserve=settings.reserve, resumable=self._has_thread(cfg))
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
-        _remember(cfg, run)
+        if not settings.has_fields:
+            _remember(cfg, run)
         return run, input, cfg
 
     def _resumed(self, run: RunTracker, cfg: RunnableConfig, snapshot: Any) -> Any:
@@ -108,7 +110,8 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         if kept is None and self._lgd_settings.timeout is not None:
             kept = Deadline.after(self._lgd_settings.timeout)
         run.deadline = earliest(run.deadline, kept)
-        _remember(cfg, run)
+        if not self._lgd_settings.has_fields:
+            _remember(cfg, run)
         return late(self, snapshot, run)
 
     def _prepared(self, config: RunnableConfig | None) -> bool:
@@ -197,42 +200,46 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
-            stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
-            async with contextlib.aclosing(stream) as inner:
-                async for chunk in inner:
-                    note_chunk(run, chunk, mode)
+            try:
+                stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
+                async with contextlib.aclosing(stream) as inner:
+                    async for chunk in inner:
+                        note_chunk(run, chunk, mode)
+                        yield chunk
+            except GraphDrained as exc:
+                if exc.reason != DRAIN_REASON:
+                    emit_run_outcome(run, raised(exc))
+                    raise
+                state = await afinal_state(self, run, cfg, None)
+                for chunk in self._closing(state, run, mode, kwargs):
                     yield chunk
-        except GraphDrained as exc:
-            if exc.reason != DRAIN_REASON:
+                return
+            except DeadlineExceeded as exc:
+                emit_run_outcome(run, exc.outcome)
+                _reraise_with_state(exc, run)
+            except (GeneratorExit, anyio.get_cancelled_exc_class()) as exc:
+                # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
+                # wherever LangGraph runs them, instead of letting them go on to their deadline.
+                run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
+                if not run.backstop_fired:  # the backstop reports the run itself
+                    emit_run_outcome(run, raised(exc))
+                raise
+            except Exception as exc:
+                emit_run_outcome(run, raised(exc))
+                await akeep_records(self, run, cfg)
+                raise
+            except BaseException as exc:
                 emit_run_outcome(run, raised(exc))
                 raise
-            state = await afinal_state(self, run, cfg, None)
-            for chunk in self._closing(state, run, mode, kwargs):
-                yield chunk
-            return
-        except DeadlineExceeded as exc:
-            emit_run_outcome(run, exc.outcome)
-            _reraise_with_state(exc, run)
-        except (GeneratorExit, anyio.get_cancelled_exc_class()) as exc:
-            # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
-            # wherever LangGraph runs them, instead of letting them go on to their deadline.
-            run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
-            if not run.backstop_fired:  # the backstop reports the run itself
-                emit_run_outcome(run, raised(exc))
-            raise
-        except Exception as exc:
-            emit_run_outcome(run, raised(exc))
-            await akeep_records(self, run, cfg)
-            raise
-        except BaseException as exc:
-            emit_run_outcome(run, raised(exc))
-            raise
-        if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
-            state = await afinal_state(self, run, cfg, None)
-            for chunk in self._closing(state, run, mode, kwargs):
-                yield chunk
-        elif not prepared:
-            emit_run_outcome(run, final_outcome(run, run.latest))
+            if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
+                state = await afinal_state(self, run, cfg, None)
+                for chunk in self._closing(state, run, mode, kwargs):
+                    yield chunk
+            elif not prepared:
+                emit_run_outcome(run, final_outcome(run, run.latest))
+        finally:
+            if not prepared:
+                run.close_alarm()  # ainvoke closes a run it prepared
 
     def _closing(
         self, state: Any, run: RunTracker, mode: Any, kwargs: Mapping[str, Any]
@@ -278,19 +285,23 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         run.entry = self
         if run.deadline is None:
             return self._completed(await super().ainvoke(input, cfg, **kwargs), run)
-        scope = anyio.CancelScope()
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        assert task is not None  # LangGraph runs on asyncio
+        backstop = Cut(loop, task)
 
         def fire() -> None:
             run.fire_backstop()
-            scope.cancel()
+            backstop.cancel()
 
-        handle = asyncio.get_running_loop().call_later(run.deadline.remaining(), fire)
+        handle = loop.call_later(run.deadline.remaining(), fire)
         try:
-            with scope:
+            with backstop:
                 result = await super().ainvoke(input, cfg, **kwargs)
         finally:
             handle.cancel()
-        if scope.cancelled_caught:
+            run.close_alarm()
+        if backstop.caught:
             return await afinal_state(
                 self, run, cfg, "the run's deadline passed with steps in flight"
             )
@@ -315,7 +326,8 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
 
 def _remember(cfg: RunnableConfig, run: RunTracker) -> None:
     """Record the run's deadline in its checkpoints' metadata (LangGraph copies the config's
-    `metadata` there), so that a resume finds it even when the state has no deadline field."""
+    `metadata` there), so that a resume finds it when the state has no deadline field. (Not
+    for states that have it: LangGraph copies a run's metadata into every task's config.)"""
     if run.deadline is not None:
         cfg["metadata"] = {**cfg.get("metadata", {}), DEADLINE_META: run.deadline.timestamp}
 

@@ -92,3 +92,19 @@ def test_a_sync_steps_control_flow_passes_through() -> None:
 
     with pytest.raises(Bubble):
         run_sync(plan, interrupted, passthrough=PASS)
+
+
+def test_off_asyncio_a_step_is_cut_at_its_budget_too() -> None:
+    """Under trio (no asyncio loop) the same rule holds, with an anyio cancel scope."""
+    pytest.importorskip("trio")
+
+    async def main() -> StepStatus:
+        async def hang() -> None:
+            await anyio.sleep(5)
+
+        plan = plan_step("s", "node", cap=0.05, min_viable=0.0)
+        return (await run_async(plan, hang, passthrough=PASS)).status
+
+    t0 = time.monotonic()
+    assert anyio.run(main, backend="trio") is StepStatus.TIMED_OUT
+    assert time.monotonic() - t0 < 2.0

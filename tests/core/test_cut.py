@@ -1,0 +1,106 @@
+"""`Cut`: one step's cancel scope on asyncio (what every node, tool and HTTP step opens)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from langgraph_deadline._core.cut import Cut
+
+pytestmark = pytest.mark.anyio
+
+
+async def _cut_after(seconds: float, body: Any) -> tuple[Cut, Any]:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    cut = Cut(loop, task)
+    cut.arm(loop.time() + seconds)
+    result = None
+    with cut:
+        result = await body()
+    return cut, result
+
+
+async def test_the_body_is_cancelled_at_the_time_and_the_cut_catches_it() -> None:
+    cancelled = []
+
+    async def body() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return "finished"
+
+    cut, result = await _cut_after(0.02, body)
+    assert cut.caught and cancelled == [True] and result is None
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0  # every cancel it made is undone
+
+
+async def test_a_body_that_finishes_in_time_is_left_alone() -> None:
+    async def body() -> str:
+        await asyncio.sleep(0)
+        return "done"
+
+    cut, result = await _cut_after(5.0, body)
+    assert (cut.fired, cut.caught, result) == (False, False, "done")
+
+
+async def test_a_body_that_swallows_the_cancellation_is_cancelled_again() -> None:
+    # Python 3.11's asyncio.wait_for can swallow a cancellation: like an anyio scope, the cut
+    # delivers it again at the body's next await instead of letting it run on.
+    swallowed = []
+
+    async def body() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            swallowed.append(True)  # and goes on, as a buggy library would
+        await asyncio.sleep(10)
+        return "ran on"
+
+    cut, result = await _cut_after(0.02, body)
+    assert swallowed == [True] and cut.caught and result is None
+
+
+async def test_a_cancellation_from_elsewhere_passes_through() -> None:
+    async def runner() -> Cut:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        cut = Cut(loop, task)
+        cut.arm(loop.time() + 0.05)
+        with cut:
+            await asyncio.sleep(10)
+        return cut
+
+    task = asyncio.create_task(runner())
+    await asyncio.sleep(0.01)
+    task.cancel()  # the caller gives up before the cut's time
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_an_outside_cancellation_at_the_same_instant_is_not_swallowed() -> None:
+    seen: list[Cut] = []
+
+    async def runner() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        cut = Cut(loop, task)
+        seen.append(cut)
+        with cut:
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(runner())
+    await asyncio.sleep(0)
+    seen[0].cancel()  # the cut fires...
+    task.cancel()  # ...and the caller cancels in the same loop iteration
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not seen[0].caught
