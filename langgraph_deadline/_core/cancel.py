@@ -23,6 +23,10 @@ class Cancellable(Protocol):
     def cancel(self) -> object: ...
 
 
+_LOCK: Final = threading.Lock()
+"""One lock for every signal: each holds it only to change or read its own two sets."""
+
+
 class CancelSignal:
     """Cancels every registered scope, and every child signal, once."""
 
@@ -32,7 +36,7 @@ class CancelSignal:
         # Made on first use: most signals (one per run) never get a child.
         self._scopes: set[Cancellable] = set()
         self._children: weakref.WeakSet[CancelSignal] | None = None
-        self._lock = threading.Lock()
+        self._lock = _LOCK
         self.source: str | None = None
         if parent is not None:
             parent._adopt(self)
