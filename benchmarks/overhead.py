@@ -208,7 +208,8 @@ def _async_section(iterations: int, warmup: int) -> tuple[Table, dict[str, float
         labels,
     )
     table.notes += [
-        "ref rows split the cost. 'no deadline': every node wrapped, no cancel scope opened. "
+        "ref rows split the cost. 'no deadline': every node wrapped and recorded, with no timer "
+        "and no deadline in context (its cancel scope only answers the run's cancel signal). "
         "'forwarding RunnableLambda': only the Runnable layer with_deadlines puts around each "
         "node, no deadline logic. 'budgeted(fn)': the node function itself wrapped (no extra "
         "Runnable layer, no run-level backstop), deadline read from state.",
