@@ -200,37 +200,36 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
-            try:
-                stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
-                async with contextlib.aclosing(stream) as inner:
-                    async for chunk in inner:
-                        note_chunk(run, chunk, mode)
-                        yield chunk
-            except GraphDrained as exc:
-                if exc.reason != DRAIN_REASON:
-                    emit_run_outcome(run, raised(exc))
-                    raise
-                state = await afinal_state(self, run, cfg, None)
-                for chunk in self._closing(state, run, mode, kwargs):
+            stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
+            async with contextlib.aclosing(stream) as inner:
+                async for chunk in inner:
+                    note_chunk(run, chunk, mode)
                     yield chunk
-                return
-            except DeadlineExceeded as exc:
-                emit_run_outcome(run, exc.outcome)
-                _reraise_with_state(exc, run)
-            except (GeneratorExit, anyio.get_cancelled_exc_class()) as exc:
-                # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
-                # wherever LangGraph runs them, instead of letting them go on to their deadline.
-                run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
-                if not run.backstop_fired:  # the backstop reports the run itself
-                    emit_run_outcome(run, raised(exc))
-                raise
-            except Exception as exc:
-                emit_run_outcome(run, raised(exc))
-                await akeep_records(self, run, cfg)
-                raise
-            except BaseException as exc:
+        except GraphDrained as exc:
+            if exc.reason != DRAIN_REASON:
                 emit_run_outcome(run, raised(exc))
                 raise
+            state = await afinal_state(self, run, cfg, None)
+            for chunk in self._closing(state, run, mode, kwargs):
+                yield chunk
+        except DeadlineExceeded as exc:
+            emit_run_outcome(run, exc.outcome)
+            _reraise_with_state(exc, run)
+        except (GeneratorExit, anyio.get_cancelled_exc_class()) as exc:
+            # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
+            # wherever LangGraph runs them, instead of letting them go on to their deadline.
+            run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
+            if not run.backstop_fired:  # the backstop reports the run itself
+                emit_run_outcome(run, raised(exc))
+            raise
+        except Exception as exc:
+            emit_run_outcome(run, raised(exc))
+            await akeep_records(self, run, cfg)
+            raise
+        except BaseException as exc:
+            emit_run_outcome(run, raised(exc))
+            raise
+        else:
             if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
                 state = await afinal_state(self, run, cfg, None)
                 for chunk in self._closing(state, run, mode, kwargs):
