@@ -17,6 +17,7 @@ from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Overwrite, StateUpdate
 
+from .._core.clock import SYSTEM_CLOCK
 from .._core.context import current_deadline
 from .._core.cut import Cut
 from .._core.deadline import Deadline, earliest
@@ -92,7 +93,8 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         if self._resuming(input):
             d = earliest(given, current_deadline())  # and the thread's: see `_resumed`
         else:
-            timeout = None if settings.timeout is None else Deadline.after(settings.timeout)
+            t = settings.timeout  # checked by with_deadlines
+            timeout = None if t is None else Deadline._after(t, SYSTEM_CLOCK)
             d = earliest(given, current_deadline(), timeout)
             if settings.has_fields and isinstance(input, Mapping):
                 input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
