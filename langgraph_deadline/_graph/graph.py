@@ -89,7 +89,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return existing, input, cfg
         settings = self._lgd_settings
         input = plain_input(input)
-        given = deadline_given(input)
+        given = None if _a_result(input) else deadline_given(input)
         if self._resuming(input):
             d = earliest(given, current_deadline())  # and the thread's: see `_resumed`
         else:
@@ -97,7 +97,14 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             timeout = None if t is None else Deadline._after(t, SYSTEM_CLOCK)
             d = earliest(given, current_deadline(), timeout)
             if settings.has_fields and isinstance(input, Mapping):
-                input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
+                at = None if d is None else d.timestamp
+                fresh = fresh_run_update(at)
+                if self.checkpointer is None and existing is None and "configurable" not in cfg:
+                    # A run that starts from nothing (no thread, not a sub-graph): only what the
+                    # input itself brings needs replacing, so LangGraph has fewer writes to apply.
+                    fresh = {k: v for k, v in fresh.items() if k in input}
+                    fresh["deadline"] = at
+                input = {**input, **fresh}
         run = RunTracker(deadline=d, reserve=settings.reserve, resumable=self._has_thread(cfg))
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
         if not settings.has_fields:
@@ -323,6 +330,12 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         ):
             result = {**result, "deadline_outcome": outcome}
         return result
+
+
+def _a_result(input: Any) -> bool:
+    """True for an input that is a finished run's result (`state = graph.invoke(state)`): its
+    `deadline` is that run's, spent, and not the new run's."""
+    return isinstance(input, Mapping) and input.get("deadline_outcome") is not None
 
 
 def _remember(cfg: RunnableConfig, run: RunTracker) -> None:

@@ -36,11 +36,12 @@ def with_deadlines(
     node budgeted and one deadline per run.
 
     Each run's deadline is the earliest of: the input's `deadline`, the deadline in context
-    (`deadline_scope` around the call) and `timeout` seconds from the call. Resuming a run
-    (`None` or a `Command` as input) keeps the checkpointed deadline (in state, or in the
-    checkpoint's metadata for state without the deadline fields); a deadline in its update can
-    only bring it forward; a `Command(update=deadline_input(s))` grants a new one, within
-    `timeout`. `ainvoke` also cancels the whole run at the deadline. A compiled graph keeps its
+    (`deadline_scope` around the call) and `timeout` seconds from the call. An input that is a
+    finished run's result (its `deadline_outcome` set) brings that run's spent deadline, which
+    is ignored. Resuming a run (`None` or a `Command` as input) keeps the checkpointed deadline
+    (in state, or in the checkpoint's metadata for state without the deadline fields); a
+    deadline in its update can only bring it forward; a `Command(update=deadline_input(s))`
+    grants a new one, within `timeout`. `ainvoke` also cancels the whole run at the deadline. A compiled graph keeps its
     config (`with_config`), name and stream transformers.
 
     How the caller learns the terminal:

@@ -57,7 +57,6 @@ def test_the_reason_a_step_ran_out_is_said_in_one_way(
     assert says in _record(status, allocated).ran_out_reason()
 
 
-
 def test_run_ids_are_unique_32_hex_digits_and_a_forked_child_starts_afresh() -> None:
     from langgraph_deadline._core import tracker
 
