@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -33,7 +31,7 @@ class RunTracker:
     in_flight: dict[int, Plan] = dataclasses.field(default_factory=dict)
     backstop_fired: bool = False
     latest: Any = None
-    run_id: str = dataclasses.field(default_factory=lambda: _new_run_id())
+    run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
     interrupted: bool = False
     emitted: bool = False
     outcome: Outcome | None = None  # set by the step that ended the run early
@@ -78,23 +76,6 @@ class RunTracker:
             emit_step(record, self.run_id, deadline_at)
         return closed
 
-
-_ids = itertools.count()
-_prefix = uuid.uuid4().int >> 64
-
-
-def _new_run_id() -> str:
-    """32 hex digits, like a uuid4's: this process's random half, then a count. A uuid4 per run
-    costs a system call for its randomness."""
-    return f"{_prefix:016x}{next(_ids) & 0xFFFF_FFFF_FFFF_FFFF:016x}"
-
-
-def _reseed() -> None:
-    global _ids, _prefix
-    _ids, _prefix = itertools.count(), uuid.uuid4().int >> 64
-
-
-os.register_at_fork(after_in_child=_reseed)  # a forked worker does not repeat its parent's ids
 
 RUN_KEY: Final = "__langgraph_deadline_run"
 

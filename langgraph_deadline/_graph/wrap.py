@@ -41,8 +41,8 @@ def with_deadlines(
     is ignored. Resuming a run (`None` or a `Command` as input) keeps the checkpointed deadline
     (in state, or in the checkpoint's metadata for state without the deadline fields); a
     deadline in its update can only bring it forward; a `Command(update=deadline_input(s))`
-    grants a new one, within `timeout`. `ainvoke` also cancels the whole run at the deadline. A compiled graph keeps its
-    config (`with_config`), name and stream transformers.
+    grants a new one, within `timeout`. `ainvoke` also cancels the whole run at the deadline. A
+    compiled graph keeps its config (`with_config`), name and stream transformers.
 
     How the caller learns the terminal:
     - state with `DeadlineState` fields: the returned state's `deadline_outcome`

@@ -55,14 +55,3 @@ def test_the_reason_a_step_ran_out_is_said_in_one_way(
     status: StepStatus, allocated: float, says: str
 ) -> None:
     assert says in _record(status, allocated).ran_out_reason()
-
-
-def test_run_ids_are_unique_32_hex_digits_and_a_forked_child_starts_afresh() -> None:
-    from langgraph_deadline._core import tracker
-
-    ids = {tracker.RunTracker(deadline=None).run_id for _ in range(1000)}
-    assert len(ids) == 1000
-    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
-    before = next(iter(ids))[:16]
-    tracker._reseed()  # what os.register_at_fork runs in a forked child
-    assert tracker.RunTracker(deadline=None).run_id[:16] != before
