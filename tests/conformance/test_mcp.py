@@ -203,3 +203,7 @@ async def test_a_session_kept_open_by_hand_leaves_the_server_tool_running(
         assert elapsed < CAP + MARGIN
         assert_timeout_answer(answer)
         assert await log.wait_for_end(call, within=10) == ["start", "finished"]
+        # The server logs "finished" just before it sends the late reply; closing the session
+        # while the stdio client's reader forwards that reply makes the mcp client raise
+        # BrokenResourceError from its task group (seen once on a loaded machine): let it land.
+        await anyio.sleep(0.5)
