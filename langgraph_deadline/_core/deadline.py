@@ -150,7 +150,7 @@ class Deadline:
         Raises:
             TypeError: `other` is neither a `Deadline` nor None.
         """
-        if other is None:
+        if other is None or other is self:
             return self
         if not isinstance(other, Deadline):
             raise TypeError(f"other must be a Deadline or None, got {type(other).__name__}")

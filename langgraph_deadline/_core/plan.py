@@ -62,23 +62,24 @@ class Plan:
         side_effect_started: bool = False,
         cancel_source: str | None = None,
     ) -> StepRecord:
-        budget, cap, left = self.budget, self.cap, self.remaining
         return StepRecord(
             name=self.name,
             kind=self.kind,
             attempt=self.attempt,
-            remaining_ms=None if left is None else round(left * 1000.0, 3),
-            requested_ms=None if cap is None else round(cap * 1000.0, 3),
-            allocated_ms=None if budget is None else round(budget * 1000.0, 3),
-            clamped=budget is not None
-            and self.deadline is not None
-            and (cap is None or budget < cap),
+            remaining_ms=_ms(self.remaining),
+            requested_ms=_ms(self.cap),
+            allocated_ms=_ms(self.budget),
+            clamped=self.clamped,
             elapsed_ms=(time.monotonic() - self.started) * 1000.0,
             status=status,
             side_effect_started=side_effect_started,
             cancel_source=cancel_source,
             started_at=self.started_at,
         )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 3)
 
 
 def run_step_end(run: RunTracker) -> Deadline:
@@ -91,14 +92,6 @@ def run_step_end(run: RunTracker) -> Deadline:
     end = run.deadline._moved(-(run.reserve + HANDOFF))
     run.step_end = (run.deadline, end)
     return end
-
-
-def _earlier(a: Deadline | None, b: Deadline | None) -> Deadline | None:
-    if a is None or a is b:
-        return b
-    if b is None:
-        return a
-    return a if a <= b else b
 
 
 def plan_step(
@@ -121,8 +114,9 @@ def plan_step(
     back, and is not cut twice. An explicit `reserve` is held back from all of them.
     """
     ctx = current_deadline()
-    own = _earlier(deadline, run.deadline if run is not None else None)
-    d = _earlier(own, ctx)
+    run_deadline = run.deadline if run is not None else None
+    own = run_deadline if deadline is None else deadline.earliest(run_deadline)
+    d = ctx if own is None else own.earliest(ctx)
     started = time.monotonic()
     if d is None:
         left = None

@@ -129,19 +129,14 @@ async def _cut(
     token = None
     alarm = None
     if deadline is not None:
-        shared = run.step_end if run is not None else None
-        if shared is not None and deadline is shared[1]:
-            assert run is not None
-            if run.alarm is None:
-                run.alarm = RunAlarm(loop, loop.time() + deadline.remaining())
-            if run.alarm.loop is loop:  # (a run spread over two loops: its own timer)
-                alarm = run.alarm
-                if alarm.fired:
-                    cut.cancel()
-                alarm.cuts.add(cut)
+        alarm = _run_alarm(run, deadline, loop)
         if alarm is None:
             cut.arm(loop.time() + deadline.remaining())
+        elif alarm.fired:
+            cut.cancel()
         token = push_step(deadline, name)
+    if alarm is not None:
+        alarm.cuts.add(cut)
     if signal is not None:
         signal.register(cut)
     try:
@@ -157,6 +152,18 @@ async def _cut(
             pop_step(token)
     # Only reached when the cut caught its own cancellation: which of the two was it?
     return _cut_caught(deadline, name, signal, chain)
+
+
+def _run_alarm(
+    run: RunTracker | None, deadline: Deadline, loop: asyncio.AbstractEventLoop
+) -> RunAlarm | None:
+    """The run's one timer, when this step ends at the instant the run's nodes end at (see
+    `plan.run_step_end`): armed by the first such step. None: the step arms its own."""
+    if run is None or run.step_end is None or deadline is not run.step_end[1]:
+        return None
+    if run.alarm is None:
+        run.alarm = RunAlarm(loop, loop.time() + deadline.remaining())
+    return run.alarm if run.alarm.loop is loop else None  # a run on two loops: its own timer
 
 
 def _cut_caught(

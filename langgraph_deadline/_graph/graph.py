@@ -97,18 +97,10 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             timeout = None if t is None else Deadline._after(t, SYSTEM_CLOCK)
             d = earliest(given, current_deadline(), timeout)
             if settings.has_fields and isinstance(input, Mapping):
-                at = None if d is None else d.timestamp
-                fresh = fresh_run_update(at)
-                if self.checkpointer is None and existing is None and "configurable" not in cfg:
-                    # A run that starts from nothing (no thread, not a sub-graph): only what the
-                    # input itself brings needs replacing, so LangGraph has fewer writes to apply.
-                    fresh = {k: v for k, v in fresh.items() if k in input}
-                    fresh["deadline"] = at
-                input = {**input, **fresh}
+                input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
         run = RunTracker(deadline=d, reserve=settings.reserve, resumable=self._has_thread(cfg))
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
-        if not settings.has_fields:
-            _remember(cfg, run)
+        _remember(cfg, run, settings)
         return run, input, cfg
 
     def _resumed(self, run: RunTracker, cfg: RunnableConfig, snapshot: Any) -> Any:
@@ -119,8 +111,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         if kept is None and self._lgd_settings.timeout is not None:
             kept = Deadline.after(self._lgd_settings.timeout)
         run.deadline = earliest(run.deadline, kept)
-        if not self._lgd_settings.has_fields:
-            _remember(cfg, run)
+        _remember(cfg, run, self._lgd_settings)
         return late(self, snapshot, run)
 
     def _prepared(self, config: RunnableConfig | None) -> bool:
@@ -338,11 +329,11 @@ def _a_result(input: Any) -> bool:
     return isinstance(input, Mapping) and input.get("deadline_outcome") is not None
 
 
-def _remember(cfg: RunnableConfig, run: RunTracker) -> None:
+def _remember(cfg: RunnableConfig, run: RunTracker, settings: GraphSettings) -> None:
     """Record the run's deadline in its checkpoints' metadata (LangGraph copies the config's
     `metadata` there), so that a resume finds it when the state has no deadline field. (Not
     for states that have it: LangGraph copies a run's metadata into every task's config.)"""
-    if run.deadline is not None:
+    if run.deadline is not None and not settings.has_fields:
         cfg["metadata"] = {**cfg.get("metadata", {}), DEADLINE_META: run.deadline.timestamp}
 
 

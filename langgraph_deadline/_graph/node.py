@@ -222,10 +222,7 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
             )
 
         async def ainvoke(state: Any, config: RunnableConfig) -> Any:
-            config, results = _collecting_tool_results(state, config)
-            return await step.acall(
-                state, config, lambda: runnable.ainvoke(state, config), results, on_thread=on_thread
-            )
+            return await self.ainvoke(state, config)
 
         super().__init__(invoke, afunc=ainvoke, name=step.name)
         self._body = invoke
