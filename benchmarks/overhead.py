@@ -176,7 +176,7 @@ def _async_section(iterations: int, warmup: int) -> tuple[Table, dict[str, float
     async def measure() -> dict[str, list[float]]:
         _verify("bare", await bare.ainvoke(_fresh()), trace=False, outcome=False)
         _verify("with_deadlines", await wrapped.ainvoke(_fresh()), trace=True, outcome=True)
-        _verify("no deadline", await no_deadline.ainvoke(_fresh()), trace=True, outcome=True)
+        _verify("no deadline", await no_deadline.ainvoke(_fresh()), trace=False, outcome=True)
         _verify("layer", await layer.ainvoke(_fresh()), trace=False, outcome=False)
         _verify(
             "budgeted(fn)",
@@ -208,8 +208,9 @@ def _async_section(iterations: int, warmup: int) -> tuple[Table, dict[str, float
         labels,
     )
     table.notes += [
-        "ref rows split the cost. 'no deadline': every node wrapped and recorded, with no timer "
-        "and no deadline in context (its cancel scope only answers the run's cancel signal). "
+        "ref rows split the cost. 'no deadline': every node wrapped; nothing bounds it, so it "
+        "runs as bare (no plan, no timer, no record when it completes; it still answers the "
+        "run's cancel signal). "
         "'forwarding RunnableLambda': only the Runnable layer with_deadlines puts around each "
         "node, no deadline logic. 'budgeted(fn)': the node function itself wrapped (no extra "
         "Runnable layer, no run-level backstop), deadline read from state.",
@@ -225,7 +226,7 @@ def _sync_section(iterations: int, warmup: int) -> tuple[Table, dict[str, float]
     layer = _layered(builder).compile()
     _verify("bare", bare.invoke(_fresh()), trace=False, outcome=False)
     _verify("with_deadlines", wrapped.invoke(_fresh()), trace=True, outcome=True)
-    _verify("no deadline", no_deadline.invoke(_fresh()), trace=True, outcome=True)
+    _verify("no deadline", no_deadline.invoke(_fresh()), trace=False, outcome=True)
     _verify("layer", layer.invoke(_fresh()), trace=False, outcome=False)
     cases: dict[str, Callable[[], object]] = {
         "bare": lambda: bare.invoke(_fresh()),

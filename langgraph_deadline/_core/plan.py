@@ -105,6 +105,7 @@ def plan_step(
     attempt: int = 1,
     run: RunTracker | None = None,
     sync: bool = False,
+    started: float | None = None,
 ) -> Plan:
     """Decide a step's budget now: `min(cap, remaining - reserve)` against every known deadline.
 
@@ -112,19 +113,24 @@ def plan_step(
     The run's reserve is held back from the run's own deadline (state or tracker) only: a
     deadline in context inside a step is that step's budget, from which it was already held
     back, and is not cut twice. An explicit `reserve` is held back from all of them.
+    `started` (a `time.monotonic()` reading) dates a plan made after the step began.
     """
     ctx = current_deadline()
     run_deadline = run.deadline if run is not None else None
     own = run_deadline if deadline is None else deadline.earliest(run_deadline)
     d = ctx if own is None else own.earliest(ctx)
-    started = time.monotonic()
+    now = time.monotonic()
+    started_at = time.time() if started is None else time.time() - (now - started)
+    if started is None:
+        started = now
     if d is None:
         left = None
         budget = cap
         ends = None if cap is None else Deadline._after(cap, SYSTEM_CLOCK)
     else:
         clock = d.clock
-        now = started if clock is SYSTEM_CLOCK else clock.monotonic()
+        if clock is not SYSTEM_CLOCK:
+            now = clock.monotonic()
         left = max(0.0, d._mono - now)
         shared = False  # the run's own deadline sets this budget (see `run_step_end`)
         if reserve is not None:
@@ -158,6 +164,6 @@ def plan_step(
         min_viable=min_viable,
         started=started,
         sync=sync,
-        started_at=time.time(),
+        started_at=started_at,
         ends=ends,
     )

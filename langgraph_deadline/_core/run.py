@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Generic, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 import anyio
 
@@ -27,7 +27,7 @@ from .tracker import RunTracker
 from .workers import Job
 from .workers import submit as _submit
 
-__all__ = ["StepResult", "run_async", "run_sync"]
+__all__ = ["StepResult", "run_async", "run_sync", "run_unbounded", "settle"]
 
 T = TypeVar("T")
 
@@ -61,7 +61,6 @@ async def run_async(
     returned, never rewritten. `commit=False` leaves recording the result to the caller
     (`record_child`), for steps that decide their final status afterwards (a stale answer).
     """
-    sync = plan.sync
     key = id(plan)
     if run is not None:
         run.in_flight[key] = plan
@@ -69,39 +68,66 @@ async def run_async(
     signal = run.signal if run is not None else current_signal()
     try:
         value = await _cut(body, step_deadline, plan.name, signal, run)
-    except DeadlineExceeded as exc:
+    except BaseException as exc:
+        result = settle(exc, plan, run, commit=commit, passthrough=passthrough, key=key)
+        if result is None:
+            raise
+        return result
+    return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=value))
+
+
+def run_unbounded(
+    body: Callable[[], Awaitable[T]], name: str, run: RunTracker | None
+) -> Awaitable[T]:
+    """Await a step that nothing bounds (no deadline in force, no cap): no timer, no record of
+    its own, stopped only when the caller gives up (the cancel signal). `settle` records it
+    if it does not complete."""
+    signal = run.signal if run is not None else current_signal()
+    return _cut(body, None, name, signal, run)
+
+
+def settle(
+    exc: BaseException,
+    plan: Plan,
+    run: RunTracker | None,
+    *,
+    passthrough: tuple[type[BaseException], ...],
+    commit: bool = True,
+    key: int | None = None,
+) -> StepResult[Any] | None:
+    """How a step that raised `exc` ended, recorded. None: `exc` goes on up (the framework's
+    control flow, a cancellation, a `BaseException`), recorded when it ends the step. A
+    `DeadlineExceeded` past the step's own deadline is a cut; with time left, the step failed."""
+    key = id(plan) if key is None else key
+    step_deadline = plan.step_deadline()
+    if isinstance(exc, DeadlineExceeded):
         if step_deadline is None or not step_deadline.expired:
             # Raised below this step (a shorter inner scope, a client) with time left: it failed.
             return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=exc))
-        status = StepStatus.ABANDONED if sync else StepStatus.TIMED_OUT
+        status = StepStatus.ABANDONED if plan.sync else StepStatus.TIMED_OUT
         source = "run_deadline" if plan.clamped else "step_cap"
         return _finish(
             run, key, commit, StepResult(plan.record(status, cancel_source=source), error=exc)
         )
-    except passthrough:
+    if isinstance(exc, passthrough):
         # Control flow on its way to the framework (LangGraph's interrupt or drain): not an end
         # of this step's budget.
         if run is not None:
             run.in_flight.pop(key, None)
-        raise
-    except anyio.get_cancelled_exc_class():
+        return None
+    if isinstance(exc, Exception):
+        return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=exc))
+    if _is_cancellation(exc):
         late = plan.deadline is not None and plan.deadline.expired
         if (run is not None and run.backstop_fired) or late:
             # Cancelled because the run's time was up (by the backstop, or by an enclosing
             # scope that fired at the same deadline): a timeout, not the caller giving up.
-            status = StepStatus.ABANDONED if sync else StepStatus.TIMED_OUT
-            _finish(run, key, commit, StepResult(plan.record(status, cancel_source="run_deadline")))
+            status = StepStatus.ABANDONED if plan.sync else StepStatus.TIMED_OUT
+            rec = plan.record(status, cancel_source="run_deadline")
         else:
-            _finish(
-                run,
-                key,
-                commit,
-                StepResult(plan.record(StepStatus.CANCELLED, cancel_source="caller")),
-            )
-        raise
-    except Exception as exc:
-        return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=exc))
-    return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=value))
+            rec = plan.record(StepStatus.CANCELLED, cancel_source="caller")
+        _finish(run, key, commit, StepResult(rec))
+    return None
 
 
 async def _cut(
@@ -200,6 +226,14 @@ async def _anyio_cut(
         if signal is not None:
             signal.unregister(scope)
     return _cut_caught(deadline, name, signal, chain)
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """True for the running async library's cancellation (never true in sync code)."""
+    try:
+        return isinstance(exc, anyio.get_cancelled_exc_class())
+    except RuntimeError:  # no event loop here
+        return False
 
 
 def run_sync(

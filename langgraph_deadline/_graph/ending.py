@@ -24,7 +24,7 @@ from .seams import DRAIN_REASON, drain
 from .settings import NodeSettings
 from .state import RUN_OVER, state_fields, with_trace
 
-__all__ = ["already_ended", "finish", "has_fields", "skipped"]
+__all__ = ["already_ended", "finish", "finish_unbounded", "has_fields", "skipped"]
 
 
 def already_ended(state: Any) -> bool:
@@ -142,6 +142,13 @@ def finish(
     if (why := _retry_would_not_fit(err, plan, settings, run)) is not None:
         return ended(state, result, run, children, why, finished)
     raise err
+
+
+def finish_unbounded(state: Any, value: Any, children: list[StepRecord]) -> Any:
+    """The update of a node that nothing bounded and that completed: the records of the steps
+    inside it, and none of its own (see `NodeStep`)."""
+    value = plain_input(value)
+    return with_trace(value, children) if children and has_fields(state) else value
 
 
 def _retry_would_not_fit(

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 
+from .._core.context import current_deadline
+from .._core.deadline import Deadline
 from .._core.plan import Plan, plan_step
 from .._core.record import child_records
-from .._core.run import run_async, run_sync
+from .._core.run import StepResult, run_async, run_sync, run_unbounded, settle
 from .._core.tracker import RunTracker, run_from_config
-from .ending import already_ended, finish, skipped
+from .ending import already_ended, finish, finish_unbounded, skipped
 from .seams import PASSTHROUGH, node_attempt
 from .settings import NodeSettings
 from .state import deadline_from_state
@@ -30,7 +33,13 @@ class NodeStep:
     settings: NodeSettings
 
     def _plan(
-        self, state: Any, config: RunnableConfig, run: RunTracker | None, *, sync: bool
+        self,
+        config: RunnableConfig,
+        run: RunTracker | None,
+        deadline: Deadline | None,
+        *,
+        sync: bool,
+        started: float | None = None,
     ) -> Plan:
         return plan_step(
             self.name,
@@ -38,11 +47,23 @@ class NodeStep:
             cap=self.settings.cap,
             min_viable=self.settings.min_viable,
             reserve=self.settings.reserve,
-            deadline=deadline_from_state(state, known=run.deadline if run else None),
+            deadline=deadline,
             attempt=node_attempt(config),
             run=run,
             sync=sync,
+            started=started,
         )
+
+    def _bounded(self, state: Any, run: RunTracker | None) -> tuple[bool, Deadline | None]:
+        """Whether anything bounds this run of the node (its cap, a deadline in state, the
+        run's, one in context), and the deadline its state holds."""
+        if run is not None and run.deadline is not None:
+            return True, deadline_from_state(state, known=run.deadline)
+        deadline = deadline_from_state(state)
+        bounded = (
+            self.settings.cap is not None or deadline is not None or current_deadline() is not None
+        )
+        return bounded, deadline
 
     def call(
         self,
@@ -60,7 +81,10 @@ class NodeStep:
         if already_ended(state):
             return None
         run = run_from_config(config)
-        plan = self._plan(state, config, run, sync=True)
+        bounded, deadline = self._bounded(state, run)
+        if not bounded:
+            return self._call_unbounded(state, config, body, run, finished)
+        plan = self._plan(config, run, deadline, sync=True)
         if plan.skip:
             return skipped(plan, state, run)
         stop = plan.step_deadline() if stop_streams else None
@@ -91,9 +115,58 @@ class NodeStep:
         if already_ended(state):
             return None
         run = run_from_config(config)
-        plan = self._plan(state, config, run, sync=on_thread)
+        bounded, deadline = self._bounded(state, run)
+        if not bounded:
+            return await self._acall_unbounded(state, config, body, run, finished, on_thread)
+        plan = self._plan(config, run, deadline, sync=on_thread)
         if plan.skip:
             return skipped(plan, state, run)
         with child_records() as children:
             result = await run_async(plan, body, run=run, passthrough=PASSTHROUGH)
         return finish(state, result, children, plan, self.settings, run, finished)
+
+    # -- nothing bounds the node: it runs as it would bare ----------------------------------------
+    # No budget to plan, no timer, and no record of its own when it completes (there is nothing
+    # to report); the records of the steps inside it still reach the trace. It still stops when
+    # the caller gives up, and a node that does not complete is recorded as any other.
+
+    async def _acall_unbounded(
+        self,
+        state: Any,
+        config: RunnableConfig,
+        body: Callable[[], Awaitable[Any]],
+        run: RunTracker | None,
+        finished: Mapping[str, ToolMessage] | None,
+        on_thread: bool,
+    ) -> Any:
+        started = time.monotonic()
+        with child_records() as children:
+            try:
+                value = await run_unbounded(body, self.name, run)
+            except BaseException as exc:
+                plan = self._plan(config, run, None, sync=on_thread, started=started)
+                result = settle(exc, plan, run, passthrough=PASSTHROUGH)
+                if result is None:
+                    raise
+                return finish(state, result, children, plan, self.settings, run, finished)
+        return finish_unbounded(state, value, children)
+
+    def _call_unbounded(
+        self,
+        state: Any,
+        config: RunnableConfig,
+        body: Callable[[RunnableConfig], Any],
+        run: RunTracker | None,
+        finished: Mapping[str, ToolMessage] | None,
+    ) -> Any:
+        started = time.monotonic()
+        with child_records() as children:
+            try:
+                value = body(config)
+            except Exception as exc:
+                plan = self._plan(config, run, None, sync=True, started=started)
+                result: StepResult[Any] | None = settle(exc, plan, run, passthrough=PASSTHROUGH)
+                if result is None:
+                    raise
+                return finish(state, result, children, plan, self.settings, run, finished)
+        return finish_unbounded(state, value, children)

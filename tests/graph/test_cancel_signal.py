@@ -42,10 +42,13 @@ def _model(server: FakeOpenAIServer) -> ChatOpenAI:
 
 
 @pytest.mark.anyio
-async def test_a_caller_scope_around_astream_stops_the_model_stream_at_once() -> None:
+@pytest.mark.parametrize("timeout", [30.0, None], ids=["deadline", "no-deadline"])
+async def test_a_caller_scope_around_astream_stops_the_model_stream_at_once(
+    timeout: float | None,
+) -> None:
     """LangGraph's own teardown does not reach a node task streaming tokens (stream_mode
     "messages") when an anyio scope cancels the consumer: without the signal the model would
-    stream for 8 s more."""
+    stream for 8 s more. Also for a node that nothing bounds (a run with no deadline)."""
     with FakeOpenAIServer([LONG]) as server:
         model = _model(server)
 
@@ -55,7 +58,7 @@ async def test_a_caller_scope_around_astream_stops_the_model_stream_at_once() ->
         b = StateGraph(State)
         b.add_node("call", call)
         b.add_edge(START, "call")
-        graph = with_deadlines(b, timeout=30)
+        graph = with_deadlines(b, timeout=timeout)
         t0 = time.monotonic()
         with anyio.move_on_after(0.5):
             async for _ in graph.astream(
