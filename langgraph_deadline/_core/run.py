@@ -8,9 +8,8 @@ through untouched: the caller names them in `passthrough`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import Any, Generic, NamedTuple, NoReturn, TypeVar
 
 import anyio
 
@@ -32,8 +31,7 @@ __all__ = ["StepResult", "run_async", "run_sync", "run_unbounded", "settle"]
 T = TypeVar("T")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class StepResult(Generic[T]):
+class StepResult(NamedTuple, Generic[T]):
     """How a step ran: its record, and its value or error (exactly one when completed/failed)."""
 
     record: StepRecord
