@@ -8,6 +8,7 @@ instant, armed on first use, and the nodes' cuts join it while they run.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,7 +25,11 @@ class RunAlarm:
     def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         self.loop = loop
         self.cuts: set[Cut] = set()
-        self._handle: asyncio.TimerHandle | None = loop.call_at(when, self._fire)
+        # In an empty context: the first node's (its config, LangGraph's task) would otherwise
+        # be kept alive by the timer for the whole run.
+        self._handle: asyncio.TimerHandle | None = loop.call_at(
+            when, self._fire, context=contextvars.Context()
+        )
 
     def _fire(self) -> None:
         self._handle = None

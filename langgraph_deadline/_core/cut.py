@@ -10,6 +10,7 @@ never spans tasks. Off asyncio (trio), `run.py` uses an anyio scope instead.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from types import TracebackType
 from typing import Final
 
@@ -36,8 +37,10 @@ class Cut:
         self.caught = False
 
     def arm(self, when: float) -> None:
-        """Cancel at loop time `when` (now, if it has passed)."""
-        self._handle = self._loop.call_at(when, self.cancel)
+        """Cancel at loop time `when` (now, if it has passed). The timer runs in an empty
+        context: a cancelled timer stays in the loop's heap for a while, and must not keep the
+        step's context (its config, LangGraph's task) alive there."""
+        self._handle = self._loop.call_at(when, self.cancel, context=contextvars.Context())
 
     def cancel(self) -> None:
         """Cancel the block (the timer, or the cancel signal). Only the first call counts."""

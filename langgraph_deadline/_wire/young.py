@@ -8,6 +8,7 @@ for nothing. Here such requests cost a dict entry, and one timer stands for the 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from typing import Protocol
 
@@ -34,10 +35,15 @@ class Young:
         """Tick `request` at loop time `due`, which is no earlier than any added before."""
         self._due[request] = due
         if self._timer is None:
-            self._timer = self.loop.call_at(due, self._fire)
+            self._timer = self._arm(due)
 
     def discard(self, request: Ticks) -> None:
         self._due.pop(request, None)
+
+    def _arm(self, due: float) -> asyncio.TimerHandle:
+        # In an empty context: the timer stands for many requests and must neither keep the
+        # context of the one that armed it alive nor hand it to another's `tick`.
+        return self.loop.call_at(due, self._fire, context=contextvars.Context())
 
     def _fire(self) -> None:
         self._timer = None
@@ -45,7 +51,7 @@ class Young:
         ripe: list[Ticks] = []
         for request, due in self._due.items():
             if due > now:
-                self._timer = self.loop.call_at(due, self._fire)
+                self._timer = self._arm(due)
                 break
             ripe.append(request)
         for request in ripe:

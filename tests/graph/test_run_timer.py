@@ -4,7 +4,9 @@ keeps its own; the timer goes when the run ends (it does not keep the run alive)
 from __future__ import annotations
 
 import asyncio
+import gc
 import operator
+import weakref
 from typing import Annotated, Any
 
 import pytest
@@ -98,3 +100,35 @@ async def test_a_streamed_run_drops_its_timer_when_the_stream_ends() -> None:
     graph = with_deadlines(b, timeout=30.0)
     chunks = [c async for c in graph.astream({"items": [], "done": []})]
     assert chunks and runs[0].alarm is None
+
+
+@pytest.mark.parametrize("caps", [None, {"first": 30.0}], ids=["run-timer", "own-timer"])
+async def test_a_timer_does_not_keep_a_finished_nodes_context_alive(
+    caps: dict[str, float] | None,
+) -> None:
+    """The run's timer is armed inside its first node, and a node's own (cancelled) timer stays
+    in the loop's heap for a while: neither may hold that node's context, which holds its
+    config (callbacks, LangGraph's task) for as long as the run goes on."""
+    gone: list[weakref.ref[Any]] = []
+    checked: list[bool] = []
+
+    def first(state: State, config: RunnableConfig) -> dict[str, Any]:
+        gone.append(weakref.ref(config["callbacks"]))
+        return {"done": ["first"]}
+
+    async def second(state: State) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        gc.collect()
+        checked.append(gone[0]() is None)
+        return {"done": ["second"]}
+
+    b = StateGraph(State)
+    b.add_node("first", first)
+    b.add_node("second", second)
+    b.add_edge(START, "first")
+    b.add_edge("first", "second")
+    b.add_edge("second", END)
+    graph = with_deadlines(b, timeout=30, caps=caps, checkpointer=InMemorySaver())
+    out = await graph.ainvoke({"items": []}, {"configurable": {"thread_id": "t"}})
+    assert out["done"] == ["first", "second"]
+    assert checked == [True]
