@@ -7,18 +7,14 @@ through untouched: the caller names them in `passthrough`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, NamedTuple, NoReturn, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import anyio
 
-from .alarm import RunAlarm
-from .cancel import CancelSignal, current_signal
-from .context import current_scopes, pop_step, push_step, step_scope
-from .cut import Cut
-from .deadline import Deadline
-from .errors import DeadlineExceeded, ScopeFrame
+from .cancel import current_signal
+from .errors import DeadlineExceeded
+from .guard import StepGuard
 from .plan import Plan
 from .record import commit_record
 from .records import StepRecord, StepStatus
@@ -26,7 +22,7 @@ from .tracker import RunTracker
 from .workers import Job
 from .workers import submit as _submit
 
-__all__ = ["StepResult", "run_async", "run_sync", "run_unbounded", "settle"]
+__all__ = ["StepResult", "run_async", "run_sync", "settle", "unbounded_guard"]
 
 T = TypeVar("T")
 
@@ -65,7 +61,8 @@ async def run_async(
     step_deadline = plan.step_deadline()
     signal = run.signal if run is not None else current_signal()
     try:
-        value = await _cut(body, step_deadline, plan.name, signal, run)
+        with StepGuard(step_deadline, plan.name, signal, run):
+            value = await body()
     except BaseException as exc:
         result = settle(exc, plan, run, commit=commit, passthrough=passthrough, key=key)
         if result is None:
@@ -74,14 +71,11 @@ async def run_async(
     return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=value))
 
 
-def run_unbounded(
-    body: Callable[[], Awaitable[T]], name: str, run: RunTracker | None
-) -> Awaitable[T]:
-    """Await a step that nothing bounds (no deadline in force, no cap): no timer, no record of
-    its own, stopped only when the caller gives up (the cancel signal). `settle` records it
-    if it does not complete."""
-    signal = run.signal if run is not None else current_signal()
-    return _cut(body, None, name, signal, run)
+def unbounded_guard(name: str, run: RunTracker | None) -> StepGuard:
+    """The guard of a step that nothing bounds (no deadline in force, no cap): no timer, only
+    the cancel signal, for when the caller gives up. `settle` records the step if it does not
+    complete; nothing else does."""
+    return StepGuard(None, name, run.signal if run is not None else current_signal(), run)
 
 
 def settle(
@@ -126,104 +120,6 @@ def settle(
             rec = plan.record(StepStatus.CANCELLED, cancel_source="caller")
         _finish(run, key, commit, StepResult(rec))
     return None
-
-
-async def _cut(
-    body: Callable[[], Awaitable[T]],
-    deadline: Deadline | None,
-    name: str,
-    signal: CancelSignal | None,
-    run: RunTracker | None = None,
-) -> T:
-    """Await `body` with the step's deadline in context, cancelled at that deadline and by the
-    parent's "stop" (the cancel signal, Go's ctx.Done()), which reaches the step even in a task
-    LangGraph made. A cancellation of its own becomes `DeadlineExceeded` (or, when the signal
-    caused it, the caller's cancellation); any other passes through. A step that ends when the
-    run's nodes end joins the run's one timer for that instant instead of arming its own."""
-    if deadline is None and signal is None:
-        return await body()
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio (trio): an anyio scope does the same job
-        return await _anyio_cut(body, deadline, name, signal)
-    task = asyncio.current_task(loop)
-    if task is None:
-        return await _anyio_cut(body, deadline, name, signal)
-    cut = Cut(loop, task)
-    token = None
-    alarm = None
-    if deadline is not None:
-        alarm = _run_alarm(run, deadline, loop)
-        if alarm is None:
-            cut.arm(loop.time() + deadline.remaining())
-        elif alarm.fired:
-            cut.cancel()
-        token = push_step(deadline, name)
-    if alarm is not None:
-        alarm.cuts.add(cut)
-    if signal is not None:
-        signal.register(cut)
-    try:
-        with cut:
-            return await body()
-    finally:
-        if signal is not None:
-            signal.unregister(cut)
-        if alarm is not None:
-            alarm.cuts.discard(cut)
-        chain = current_scopes() if cut.caught else ()
-        if token is not None:
-            pop_step(token)
-    # Only reached when the cut caught its own cancellation: which of the two was it?
-    return _cut_caught(deadline, name, signal, chain)
-
-
-def _run_alarm(
-    run: RunTracker | None, deadline: Deadline, loop: asyncio.AbstractEventLoop
-) -> RunAlarm | None:
-    """The run's one timer, when this step ends at the instant the run's nodes end at (see
-    `plan.run_step_end`): armed by the first such step. None: the step arms its own."""
-    if run is None or run.step_end is None or deadline is not run.step_end[1]:
-        return None
-    if run.alarm is None:
-        run.alarm = RunAlarm(loop, loop.time() + deadline.remaining())
-    return run.alarm if run.alarm.loop is loop else None  # a run on two loops: its own timer
-
-
-def _cut_caught(
-    deadline: Deadline | None,
-    name: str,
-    signal: CancelSignal | None,
-    chain: tuple[ScopeFrame, ...],
-) -> NoReturn:
-    if signal is not None and signal.cancelled and not (deadline is not None and deadline.expired):
-        raise anyio.get_cancelled_exc_class()("cancelled by the caller")
-    raise DeadlineExceeded(
-        f"deadline exceeded in {name}", deadline=deadline, step=name, scopes=chain
-    )
-
-
-async def _anyio_cut(
-    body: Callable[[], Awaitable[T]],
-    deadline: Deadline | None,
-    name: str,
-    signal: CancelSignal | None,
-) -> T:
-    """`_cut` off asyncio, with an anyio cancel scope."""
-    scope = anyio.CancelScope()
-    if deadline is not None:
-        scope.deadline = anyio.current_time() + deadline.remaining()
-    if signal is not None:
-        signal.register(scope)
-    chain: tuple[ScopeFrame, ...] = ()
-    try:
-        with step_scope(deadline, name=name), scope:  # sync form: the deadline in context only
-            chain = current_scopes()
-            return await body()
-    finally:
-        if signal is not None:
-            signal.unregister(scope)
-    return _cut_caught(deadline, name, signal, chain)
 
 
 def _is_cancellation(exc: BaseException) -> bool:

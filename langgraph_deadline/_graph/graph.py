@@ -288,12 +288,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         task = asyncio.current_task(loop)
         assert task is not None  # LangGraph runs on asyncio
         backstop = Cut(loop, task)
-
-        def fire() -> None:
-            run.fire_backstop()
-            backstop.cancel()
-
-        handle = loop.call_later(run.deadline.remaining(), fire)
+        handle = loop.call_later(run.deadline.remaining(), _fire_backstop, run, backstop)
         try:
             with backstop:
                 result = await super().ainvoke(input, cfg, **kwargs)
@@ -321,6 +316,12 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         ):
             result = {**result, "deadline_outcome": outcome}
         return result
+
+
+def _fire_backstop(run: RunTracker, backstop: Cut) -> None:
+    """The run's deadline passed: close the steps still in flight, then cancel the run."""
+    run.fire_backstop()
+    backstop.cancel()
 
 
 def _a_result(input: Any) -> bool:

@@ -8,6 +8,7 @@ under `ainvoke`, so each keeps the body LangGraph would have run.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Callable, Coroutine
@@ -238,7 +239,5 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
     ) -> Coroutine[Any, Any, Any]:
         # The body's coroutine itself, not one more awaiting it: every node call goes through.
         cfg, results = _collecting_tool_results(input, config or {})
-        runnable = self._runnable
-        return self._step.acall(
-            input, cfg, lambda: runnable.ainvoke(input, cfg), results, on_thread=self._on_thread
-        )
+        body = functools.partial(self._runnable.ainvoke, input, cfg)
+        return self._step.acall(input, cfg, body, results, on_thread=self._on_thread)

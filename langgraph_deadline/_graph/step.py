@@ -14,7 +14,7 @@ from .._core.context import current_deadline
 from .._core.deadline import Deadline
 from .._core.plan import Plan, plan_step
 from .._core.record import child_records
-from .._core.run import StepResult, run_async, run_sync, run_unbounded, settle
+from .._core.run import StepResult, run_async, run_sync, settle, unbounded_guard
 from .._core.tracker import RunTracker, run_from_config
 from .ending import already_ended, finish, finish_unbounded, skipped
 from .seams import PASSTHROUGH, node_attempt
@@ -142,7 +142,8 @@ class NodeStep:
         started = time.monotonic()
         with child_records() as children:
             try:
-                value = await run_unbounded(body, self.name, run)
+                with unbounded_guard(self.name, run):
+                    value = await body()
             except BaseException as exc:
                 plan = self._plan(config, run, None, sync=on_thread, started=started)
                 result = settle(exc, plan, run, passthrough=PASSTHROUGH)

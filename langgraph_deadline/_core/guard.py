@@ -1,0 +1,148 @@
+"""A step's guard: its deadline in context and its cancellation (at its budget, by the run's one
+timer, by the cancel signal), entered and left as one block around the step's body.
+
+A context manager rather than a coroutine wrapped around the body: every node, tool, model call
+and HTTP request opens one, and one coroutine more per step is one frame more kept alive while
+the step runs. On asyncio the cancellation is a `Cut`; off asyncio (trio) an anyio cancel scope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import AbstractContextManager
+from contextvars import Token
+from types import TracebackType
+from typing import NoReturn
+
+import anyio
+
+from .alarm import RunAlarm
+from .cancel import CancelSignal
+from .context import current_scopes, pop_step, push_step, step_scope
+from .cut import Cut
+from .deadline import Deadline
+from .errors import DeadlineExceeded, ScopeFrame
+from .tracker import RunTracker
+
+__all__ = ["StepGuard"]
+
+
+class StepGuard:
+    """Run the block with `deadline` in context, cancelled at that deadline and by the parent's
+    "stop" (the cancel signal, Go's ctx.Done()), which reaches the step even in a task LangGraph
+    made. A cancellation of its own leaves the block as `DeadlineExceeded` (or, when the signal
+    caused it, as the caller's cancellation); any other passes through. A step that ends when
+    the run's nodes end joins the run's one timer for that instant instead of arming its own."""
+
+    __slots__ = ("_alarm", "_cut", "_deadline", "_name", "_run", "_scope", "_signal", "_token")
+
+    def __init__(
+        self,
+        deadline: Deadline | None,
+        name: str,
+        signal: CancelSignal | None,
+        run: RunTracker | None = None,
+    ) -> None:
+        self._deadline = deadline
+        self._name = name
+        self._signal = signal
+        self._run = run
+        self._cut: Cut | None = None
+        self._alarm: RunAlarm | None = None
+        self._token: Token[tuple[ScopeFrame, ...]] | None = None
+        self._scope: tuple[AbstractContextManager[object], anyio.CancelScope] | None = None
+
+    def __enter__(self) -> None:
+        deadline, signal = self._deadline, self._signal
+        if deadline is None and signal is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio): an anyio scope does the same job
+            return self._enter_anyio()
+        task = asyncio.current_task(loop)
+        if task is None:
+            return self._enter_anyio()
+        cut = self._cut = Cut(loop, task)
+        if deadline is not None:
+            alarm = self._alarm = _run_alarm(self._run, deadline, loop)
+            if alarm is None:
+                cut.arm(loop.time() + deadline.remaining())
+            else:
+                if alarm.fired:
+                    cut.cancel()
+                alarm.cuts.add(cut)
+            self._token = push_step(deadline, self._name)
+        if signal is not None:
+            signal.register(cut)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        cut = self._cut
+        if cut is None:
+            return self._exit_anyio(exc_type, exc, tb) if self._scope is not None else False
+        cut.__exit__(exc_type, exc, tb)
+        if self._signal is not None:
+            self._signal.unregister(cut)
+        if self._alarm is not None:
+            self._alarm.cuts.discard(cut)
+        chain = current_scopes() if cut.caught else ()
+        if self._token is not None:
+            pop_step(self._token)
+        if cut.caught:  # the cut caught its own cancellation: which of the two was it?
+            self._caught(chain)
+        return False
+
+    def _enter_anyio(self) -> None:
+        scope = anyio.CancelScope()
+        if self._deadline is not None:
+            scope.deadline = anyio.current_time() + self._deadline.remaining()
+        if self._signal is not None:
+            self._signal.register(scope)
+        context = step_scope(self._deadline, name=self._name)  # the deadline in context only
+        context.__enter__()
+        scope.__enter__()
+        self._scope = (context, scope)
+
+    def _exit_anyio(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._scope is not None
+        context, scope = self._scope
+        chain = current_scopes()
+        try:
+            caught = scope.__exit__(exc_type, exc, tb)
+        finally:
+            context.__exit__(None, None, None)
+            if self._signal is not None:
+                self._signal.unregister(scope)
+        if caught:
+            self._caught(chain)
+        return False
+
+    def _caught(self, chain: tuple[ScopeFrame, ...]) -> NoReturn:
+        deadline, signal, name = self._deadline, self._signal, self._name
+        if signal is not None and signal.cancelled and not (deadline and deadline.expired):
+            raise anyio.get_cancelled_exc_class()("cancelled by the caller") from None
+        raise DeadlineExceeded(
+            f"deadline exceeded in {name}", deadline=deadline, step=name, scopes=chain
+        ) from None
+
+
+def _run_alarm(
+    run: RunTracker | None, deadline: Deadline, loop: asyncio.AbstractEventLoop
+) -> RunAlarm | None:
+    """The run's one timer, when this step ends at the instant the run's nodes end at (see
+    `plan.run_step_end`): armed by the first such step. None: the step arms its own."""
+    if run is None or run.step_end is None or deadline is not run.step_end[1]:
+        return None
+    if run.alarm is None:
+        run.alarm = RunAlarm(loop, loop.time() + deadline.remaining())
+    return run.alarm if run.alarm.loop is loop else None  # a run on two loops: its own timer
