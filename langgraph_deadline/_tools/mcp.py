@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from mcp import ClientSession
 
 __all__ = ["mcp_tools"]
+
+log = logging.getLogger(__name__)
 
 _CALL: contextvars.ContextVar[list[int]] = contextvars.ContextVar("langgraph_deadline_mcp_call")
 """The request ids a tool call in this context has sent (one, unless an interceptor retries)."""
@@ -67,7 +70,7 @@ async def mcp_tools(
     async with AsyncExitStack() as stack:
         sessions = []
         for name in names:
-            session = await stack.enter_async_context(client.session(name))
+            session = await stack.enter_async_context(_session(client, name))
             _note_call_ids(session)
             tools = await load_mcp_tools(
                 session,
@@ -86,6 +89,22 @@ async def mcp_tools(
             for t in tools
         ]
         yield deadline_tools(loaded, caps=caps, default=default, read_only=read_only, cache=cache)
+
+
+@asynccontextmanager
+async def _session(client: MultiServerMCPClient, name: str) -> AsyncIterator[ClientSession]:
+    """`client.session(name)`, whose close does not fail on a reply that arrives while it
+    closes: the server answers a cancelled call ("Request cancelled"), and mcp's stdio reader,
+    forwarding that answer to a session that stopped listening, raises `BrokenResourceError`.
+    Any other error on close is raised as it is."""
+    try:
+        async with client.session(name) as session:
+            yield session
+    except BaseExceptionGroup as group:
+        _, rest = group.split(anyio.BrokenResourceError)
+        if rest is not None:
+            raise
+        log.debug("MCP session %r: a reply arrived while it closed; dropped", name)
 
 
 def _note_call_ids(session: ClientSession) -> None:

@@ -5,14 +5,16 @@ every transport; whether the server's tool is cancelled depends on the path, and
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import socket
 import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -207,3 +209,32 @@ async def test_a_session_kept_open_by_hand_leaves_the_server_tool_running(
         # while the stdio client's reader forwards that reply makes the mcp client raise
         # BrokenResourceError from its task group (seen once on a loaded machine): let it land.
         await anyio.sleep(0.5)
+
+
+class _ClosingWith(MultiServerMCPClient):
+    """A real stdio client whose sessions end as mcp's stdio transport does when a reply comes
+    in while the session closes (its reader raises from the transport's task group)."""
+
+    def __init__(self, log: ServerLog, error: BaseException) -> None:
+        super().__init__(stdio_client(log).connections)
+        self.error = error
+
+    @contextlib.asynccontextmanager
+    async def session(self, server_name: str, **kwargs: Any) -> AsyncIterator[Any]:
+        async with super().session(server_name, **kwargs) as session:
+            yield session
+        raise BaseExceptionGroup("unhandled errors in a TaskGroup", [self.error])
+
+
+async def test_a_reply_arriving_while_mcp_tools_closes_is_dropped(stdio_log: ServerLog) -> None:
+    client = _ClosingWith(stdio_log, anyio.BrokenResourceError())
+    async with mcp_tools(client, default=CAP) as tools:
+        assert [t.name for t in tools] == ["slow_lookup"]
+
+
+async def test_any_other_error_on_closing_mcp_tools_is_raised(stdio_log: ServerLog) -> None:
+    client = _ClosingWith(stdio_log, OSError("pipe"))
+    with pytest.raises(BaseExceptionGroup) as caught:
+        async with mcp_tools(client, default=CAP):
+            pass
+    assert caught.group_contains(OSError)

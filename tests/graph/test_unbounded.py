@@ -28,33 +28,10 @@ from langgraph_deadline import (
     deadline_tool,
     with_deadlines,
 )
-from langgraph_deadline.instrument import get_observers, set_observers
 
 
 class State(MessagesState, DeadlineState):
     pass
-
-
-class _Steps:
-    """An observer that keeps every step record it hears."""
-
-    def __init__(self) -> None:
-        self.records: list[StepRecord] = []
-
-    def on_step(self, event: Any) -> None:
-        self.records.append(event.record)
-
-    def on_run(self, event: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def steps() -> Iterator[_Steps]:
-    saved = get_observers()
-    seen = _Steps()
-    set_observers([seen])
-    yield seen
-    set_observers(saved)
 
 
 @pytest.fixture
@@ -98,7 +75,9 @@ def _agent_loop(tools: list[Any]) -> StateGraph[Any, Any, Any, Any]:
     return b
 
 
-def test_a_run_without_a_deadline_leaves_no_node_records(saver: SqliteSaver, steps: _Steps) -> None:
+def test_a_run_without_a_deadline_leaves_no_node_records(
+    saver: SqliteSaver, steps: list[StepRecord]
+) -> None:
     graph = with_deadlines(_agent_loop([lookup]), checkpointer=saver)
     cfg: Any = {"configurable": {"thread_id": "t"}}
     out = graph.invoke({"messages": [HumanMessage("weather?")]}, cfg)
@@ -106,7 +85,7 @@ def test_a_run_without_a_deadline_leaves_no_node_records(saver: SqliteSaver, ste
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED
     assert out["deadline_trace"] == []
     assert graph.get_state(cfg).values["deadline_trace"] == []
-    assert steps.records == []
+    assert steps == []
 
 
 def test_a_capped_node_in_a_run_without_a_deadline_is_still_recorded(
@@ -135,7 +114,7 @@ async def test_the_records_of_steps_inside_an_unbounded_node_reach_the_trace() -
 
 
 @pytest.mark.anyio
-async def test_a_node_that_fails_is_recorded_and_raises(steps: _Steps) -> None:
+async def test_a_node_that_fails_is_recorded_and_raises(steps: list[StepRecord]) -> None:
     async def broken(state: State) -> dict[str, Any]:
         raise ValueError("boom")
 
@@ -144,11 +123,11 @@ async def test_a_node_that_fails_is_recorded_and_raises(steps: _Steps) -> None:
     b.add_edge(START, "broken")
     with pytest.raises(ValueError, match="boom"):
         await with_deadlines(b).ainvoke({"messages": []})
-    assert [(r.name, r.status) for r in steps.records] == [("broken", StepStatus.FAILED)]
-    assert steps.records[0].elapsed_ms >= 0.0 and steps.records[0].started_at is not None
+    assert [(r.name, r.status) for r in steps] == [("broken", StepStatus.FAILED)]
+    assert steps[0].elapsed_ms >= 0.0 and steps[0].started_at is not None
 
 
-def test_a_sync_node_that_fails_is_recorded_and_raises(steps: _Steps) -> None:
+def test_a_sync_node_that_fails_is_recorded_and_raises(steps: list[StepRecord]) -> None:
     def broken(state: State) -> dict[str, Any]:
         time.sleep(0.05)
         raise ValueError("boom")
@@ -159,14 +138,14 @@ def test_a_sync_node_that_fails_is_recorded_and_raises(steps: _Steps) -> None:
     t0 = time.time()
     with pytest.raises(ValueError, match="boom"):
         with_deadlines(b).invoke({"messages": []})
-    [record] = steps.records
+    [record] = steps
     assert record.status is StepStatus.FAILED and record.elapsed_ms >= 40.0
     assert record.started_at is not None and t0 <= record.started_at <= t0 + 0.04
 
 
 @pytest.mark.anyio
 async def test_a_closed_stream_without_a_deadline_stops_and_records_the_node(
-    steps: _Steps,
+    steps: list[StepRecord],
 ) -> None:
     stopped = asyncio.Event()
 
@@ -187,7 +166,7 @@ async def test_a_closed_stream_without_a_deadline_stops_and_records_the_node(
     assert await anext(stream) == "started"  # the node is running now
     await stream.aclose()
     await asyncio.wait_for(stopped.wait(), 2.0)
-    assert [(r.name, r.status, r.cancel_source) for r in steps.records] == [
+    assert [(r.name, r.status, r.cancel_source) for r in steps] == [
         ("hang", StepStatus.CANCELLED, "caller")
     ]
 
@@ -212,7 +191,7 @@ def test_a_deadline_brought_in_by_a_node_bounds_the_nodes_after_it() -> None:
 
 
 def test_an_interrupt_in_an_unbounded_node_is_not_a_failure(
-    saver: SqliteSaver, steps: _Steps
+    saver: SqliteSaver, steps: list[StepRecord]
 ) -> None:
     def ask(state: State) -> dict[str, Any]:
         answer = interrupt("which city?")
@@ -228,4 +207,4 @@ def test_an_interrupt_in_an_unbounded_node_is_not_a_failure(
     out = graph.invoke(Command(resume="Oslo"), cfg)
     assert out["messages"][-1].content == "ok: Oslo"
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED
-    assert steps.records == []
+    assert steps == []
