@@ -8,41 +8,36 @@ instant, armed on first use, and the nodes' cuts join it while they run.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .cut import Cut
+from .cut import Cut, Due
+from .deadline import Deadline
 
 __all__ = ["RunAlarm"]
 
 
 class RunAlarm:
-    """Cancels the cuts that joined it, at one loop time; `close()` when the run ends."""
+    """Cancels the cuts that joined it, once its deadline has passed; `close()` when the run
+    ends."""
 
-    __slots__ = ("_handle", "cuts", "loop")
+    __slots__ = ("_due", "cuts", "fired", "loop")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: Deadline) -> None:
         self.loop = loop
         self.cuts: set[Cut] = set()
-        # In an empty context: the first node's (its config, LangGraph's task) would otherwise
-        # be kept alive by the timer for the whole run.
-        self._handle: asyncio.TimerHandle | None = loop.call_at(
-            when, self._fire, context=contextvars.Context()
-        )
+        self.fired = False
+        # Armed inside the run's first node, in an empty context (`Due`): that node's context
+        # would otherwise stay alive with the timer for the whole run.
+        self._due: Due | None = Due(loop, deadline, self._fire)
 
     def _fire(self) -> None:
-        self._handle = None
+        self.fired = True
+        self._due = None
         for cut in list(self.cuts):
             cut.cancel()
 
-    @property
-    def fired(self) -> bool:
-        return self._handle is None
-
     def close(self) -> None:
         """Drop the timer (the run is over): it no longer keeps the run alive until then."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
         self.cuts.clear()

@@ -11,16 +11,69 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Callable
 from types import TracebackType
-from typing import Final
+from typing import Final, TypeVarTuple
 
-__all__ = ["Cut"]
+from .deadline import Deadline
+
+__all__ = ["Cut", "Due"]
 
 _MESSAGE: Final = "cut by langgraph-deadline"
 
 
+Ts = TypeVarTuple("Ts")
+
+
+class Due:
+    """Call `callback(*args)` once `deadline` has passed by its own clock.
+
+    An event loop's clock may lag the monotonic clock a deadline reads (uvloop's `time()` is read
+    once per loop iteration, in milliseconds), so a timer set from it can come early; one that
+    does is set again for what is left, and a step is never cut before its deadline. The timer
+    runs in an empty context: a cancelled one stays in the loop's heap for a while, and must not
+    keep the context it was set in (a step's config, LangGraph's task) alive there."""
+
+    __slots__ = ("_args", "_callback", "_deadline", "_handle", "_loop")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deadline: Deadline,
+        callback: Callable[[*Ts], object],
+        *args: *Ts,
+    ) -> None:
+        self._loop = loop
+        self._deadline = deadline
+        self._callback = callback
+        self._args = args
+        self._handle: asyncio.TimerHandle | None = None
+        self._set()
+
+    def _set(self) -> None:
+        when = self._loop.time() + self._deadline.remaining()
+        self._handle = self._loop.call_at(when, self._due, context=contextvars.Context())
+
+    def _due(self) -> None:
+        if not self._deadline.expired:
+            self._set()  # early: the loop's clock lags the deadline's
+            return
+        self._handle = None
+        self._callback(*self._args)
+
+    @property
+    def pending(self) -> bool:
+        """True until the callback has been called (or the timer cancelled)."""
+        return self._handle is not None
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class Cut:
-    """Cancel the current task when `cancel()` is called or at the loop time given to `arm`,
+    """Cancel the current task when `cancel()` is called or at the deadline given to `arm`,
     until the block exits. Leaving the block swallows the cancellation it caused (`caught`),
     never one from elsewhere (a native `Task.cancel()` or an enclosing scope)."""
 
@@ -30,17 +83,15 @@ class Cut:
         self._loop = loop
         self._task: asyncio.Task[object] | None = task
         self._cancelling = task.cancelling()
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: Due | None = None
         self._again: asyncio.Handle | None = None
         self._calls = 0
         self.fired = False
         self.caught = False
 
-    def arm(self, when: float) -> None:
-        """Cancel at loop time `when` (now, if it has passed). The timer runs in an empty
-        context: a cancelled timer stays in the loop's heap for a while, and must not keep the
-        step's context (its config, LangGraph's task) alive there."""
-        self._handle = self._loop.call_at(when, self.cancel, context=contextvars.Context())
+    def arm(self, deadline: Deadline) -> None:
+        """Cancel once `deadline` has passed (at once, if it has)."""
+        self._handle = Due(self._loop, deadline, self.cancel)
 
     def cancel(self) -> None:
         """Cancel the block (the timer, or the cancel signal). Only the first call counts."""

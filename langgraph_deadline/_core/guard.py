@@ -67,7 +67,7 @@ class StepGuard:
         if deadline is not None:
             alarm = self._alarm = _run_alarm(self._run, deadline, loop)
             if alarm is None:
-                cut.arm(loop.time() + deadline.remaining())
+                cut.arm(deadline)
             else:
                 if alarm.fired:
                     cut.cancel()
@@ -129,7 +129,11 @@ class StepGuard:
 
     def _caught(self, chain: tuple[ScopeFrame, ...]) -> NoReturn:
         deadline, signal, name = self._deadline, self._signal, self._name
-        if signal is not None and signal.cancelled and not (deadline and deadline.expired):
+        if (
+            signal is not None
+            and signal.cancelled
+            and not (deadline is not None and deadline.expired)
+        ):
             raise anyio.get_cancelled_exc_class()("cancelled by the caller") from None
         raise DeadlineExceeded(
             f"deadline exceeded in {name}", deadline=deadline, step=name, scopes=chain
@@ -144,5 +148,5 @@ def _run_alarm(
     if run is None or run.step_end is None or deadline is not run.step_end[1]:
         return None
     if run.alarm is None:
-        run.alarm = RunAlarm(loop, loop.time() + deadline.remaining())
+        run.alarm = RunAlarm(loop, deadline)
     return run.alarm if run.alarm.loop is loop else None  # a run on two loops: its own timer

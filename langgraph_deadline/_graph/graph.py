@@ -19,7 +19,7 @@ from langgraph.types import Command, Overwrite, StateUpdate
 
 from .._core.clock import SYSTEM_CLOCK
 from .._core.context import current_deadline
-from .._core.cut import Cut
+from .._core.cut import Cut, Due
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.tracker import RUN_KEY, RunTracker
@@ -288,12 +288,12 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         task = asyncio.current_task(loop)
         assert task is not None  # LangGraph runs on asyncio
         backstop = Cut(loop, task)
-        handle = loop.call_later(run.deadline.remaining(), _fire_backstop, run, backstop)
+        due = Due(loop, run.deadline, _fire_backstop, run, backstop)
         try:
             with backstop:
                 result = await super().ainvoke(input, cfg, **kwargs)
         finally:
-            handle.cancel()
+            due.cancel()
             run.close_alarm()
         if backstop.caught:
             return await afinal_state(

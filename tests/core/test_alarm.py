@@ -8,13 +8,14 @@ import pytest
 
 from langgraph_deadline._core.alarm import RunAlarm
 from langgraph_deadline._core.cut import Cut
+from langgraph_deadline._core.deadline import Deadline
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_the_cuts_that_joined_are_cancelled_at_its_time() -> None:
     loop = asyncio.get_running_loop()
-    alarm = RunAlarm(loop, loop.time() + 0.05)
+    alarm = RunAlarm(loop, Deadline.after(0.05))
     caught = []
 
     async def step() -> None:
@@ -34,7 +35,7 @@ async def test_the_cuts_that_joined_are_cancelled_at_its_time() -> None:
 
 async def test_closing_it_drops_the_timer() -> None:
     loop = asyncio.get_running_loop()
-    alarm = RunAlarm(loop, loop.time() + 0.05)
+    alarm = RunAlarm(loop, Deadline.after(0.05))
     alarm.close()
     task = asyncio.current_task()
     assert task is not None
