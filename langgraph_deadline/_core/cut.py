@@ -4,7 +4,7 @@ Every node, tool, model call and HTTP request opens one of these, so it is the h
 keeps what an anyio cancel scope gives a step (the body is really cancelled, cancellation is
 delivered again if the body swallows it, the caller's own cancellation passes through) without
 anyio's per-scope bookkeeping of task states and parent scopes, which a step does not need: it
-never spans tasks. Off asyncio (trio), `run.py` uses an anyio scope instead.
+never spans tasks. Off asyncio (trio), `guard.py` uses an anyio scope instead.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ Ts = TypeVarTuple("Ts")
 class Due:
     """Call `callback(*args)` once `deadline` has passed by its own clock.
 
-    An event loop's clock may lag the monotonic clock a deadline reads (uvloop's `time()` is read
-    once per loop iteration, in milliseconds), so a timer set from it can come early; one that
+    An event loop's timers may come before the monotonic clock a deadline reads says they are
+    due (uvloop's, with millisecond resolution, up to about half a millisecond early); one that
     does is set again for what is left, and a step is never cut before its deadline. The timer
     runs in an empty context: a cancelled one stays in the loop's heap for a while, and must not
     keep the context it was set in (a step's config, LangGraph's task) alive there."""
@@ -60,11 +60,6 @@ class Due:
             return
         self._handle = None
         self._callback(*self._args)
-
-    @property
-    def pending(self) -> bool:
-        """True until the callback has been called (or the timer cancelled)."""
-        return self._handle is not None
 
     def cancel(self) -> None:
         if self._handle is not None:

@@ -120,9 +120,9 @@ def plan_step(
     own = run_deadline if deadline is None else deadline.earliest(run_deadline)
     d = ctx if own is None else own.earliest(ctx)
     now = time.monotonic()
-    started_at = time.time() if started is None else time.time() - (now - started)
     if started is None:
         started = now
+    started_at = time.time() - (now - started)
     if d is None:
         left = None
         budget = cap

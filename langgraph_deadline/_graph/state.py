@@ -208,7 +208,8 @@ class DeadlineState(TypedDict, total=False):
       earliest wins, so updates can only bring it forward; once the run finished, the next
       run's deadline replaces it. `deadline_input` replaces it explicitly.
     - `deadline_outcome`: the run's `Outcome`, once it has one. The first terminal is kept.
-    - `deadline_trace`: the `StepRecord` of every budgeted step, appended.
+    - `deadline_trace`: the `StepRecord` of every budgeted step, appended (a node that nothing
+      bounded, in a run with no deadline, adds one only when it does not complete).
 
     ```python
     class State(DeadlineState):

@@ -145,11 +145,9 @@ class NodeStep:
                 with unbounded_guard(self.name, run):
                     value = await body()
             except BaseException as exc:
-                plan = self._plan(config, run, None, sync=on_thread, started=started)
-                result = settle(exc, plan, run, passthrough=PASSTHROUGH)
-                if result is None:
+                if (ended := self._settle_late(exc, config, run, started, on_thread)) is None:
                     raise
-                return finish(state, result, children, plan, self.settings, run, finished)
+                return finish(state, ended[1], children, ended[0], self.settings, run, finished)
         return finish_unbounded(state, value, children)
 
     def _call_unbounded(
@@ -164,10 +162,22 @@ class NodeStep:
         with child_records() as children:
             try:
                 value = body(config)
-            except Exception as exc:
-                plan = self._plan(config, run, None, sync=True, started=started)
-                result: StepResult[Any] | None = settle(exc, plan, run, passthrough=PASSTHROUGH)
-                if result is None:
+            except BaseException as exc:
+                if (ended := self._settle_late(exc, config, run, started, True)) is None:
                     raise
-                return finish(state, result, children, plan, self.settings, run, finished)
+                return finish(state, ended[1], children, ended[0], self.settings, run, finished)
         return finish_unbounded(state, value, children)
+
+    def _settle_late(
+        self,
+        exc: BaseException,
+        config: RunnableConfig,
+        run: RunTracker | None,
+        started: float,
+        sync: bool,
+    ) -> tuple[Plan, StepResult[Any]] | None:
+        """An unbounded node that did not complete: planned now, dated from `started`, and
+        recorded by the one rule (`settle`). None: `exc` goes on up."""
+        plan = self._plan(config, run, None, sync=sync, started=started)
+        result = settle(exc, plan, run, passthrough=PASSTHROUGH)
+        return None if result is None else (plan, result)
