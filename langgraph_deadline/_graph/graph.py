@@ -187,16 +187,26 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         elif not prepared:
             emit_run_outcome(run, final_outcome(run, run.latest))
 
-    async def astream(
+    def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        prepared = self._prepared(config)
+        if self._prepared(config):
+            # The stream under our `ainvoke` (through LangGraph's), which ends the run itself:
+            # only the chunks are noted, by an object rather than one more generator frame.
+            run, input, cfg = self._start(input, config)
+            mode = kwargs.get("stream_mode", self.stream_mode)
+            return _Noted(super().astream(input, cfg, **kwargs), run, mode)
+        return self._astream(input, config, **kwargs)
+
+    async def _astream(
+        self, input: Any, config: RunnableConfig | None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
         run, input, cfg = self._start(input, config)
-        if not prepared and self._resuming(input):
+        if self._resuming(input):
             snapshot = await self.aget_state(cfg) if self._has_thread(cfg) else None
             if self._resumed(run, cfg, snapshot) is not None:
                 return
-        elif not prepared and too_late(self, run, input) is not None:
+        elif too_late(self, run, input) is not None:
             return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
@@ -205,40 +215,45 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 async for chunk in inner:
                     note_chunk(run, chunk, mode)
                     yield chunk
-        except GraphDrained as exc:
-            if exc.reason != DRAIN_REASON:
-                emit_run_outcome(run, raised(exc))
+        except BaseException as exc:
+            if (state := await self._aended(run, cfg, exc)) is None:
                 raise
-            state = await afinal_state(self, run, cfg, None)
             for chunk in self._closing(state, run, mode, kwargs):
                 yield chunk
-        except DeadlineExceeded as exc:
-            emit_run_outcome(run, exc.outcome)
-            _reraise_with_state(exc, run)
-        except (GeneratorExit, anyio.get_cancelled_exc_class()) as exc:
-            # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
-            # wherever LangGraph runs them, instead of letting them go on to their deadline.
-            run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
-            if not run.backstop_fired:  # the backstop reports the run itself
-                emit_run_outcome(run, raised(exc))
-            raise
-        except Exception as exc:
-            emit_run_outcome(run, raised(exc))
-            await akeep_records(self, run, cfg)
-            raise
-        except BaseException as exc:
-            emit_run_outcome(run, raised(exc))
-            raise
         else:
             if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
                 state = await afinal_state(self, run, cfg, None)
                 for chunk in self._closing(state, run, mode, kwargs):
                     yield chunk
-            elif not prepared:
+            else:
                 emit_run_outcome(run, final_outcome(run, run.latest))
         finally:
-            if not prepared:
-                run.close_alarm()  # ainvoke closes a run it prepared
+            run.close_alarm()
+
+    async def _aended(self, run: RunTracker, cfg: RunnableConfig, exc: BaseException) -> Any:
+        """How a run whose LangGraph stream raised `exc` ends: the state it returns, when a step
+        that ran out drained it; None when `exc` goes on up, told to the observers (a failed
+        run's records kept in its checkpoint). A `DeadlineExceeded` is raised again complete,
+        with the run's latest state."""
+        if isinstance(exc, GraphDrained):
+            if exc.reason == DRAIN_REASON:
+                return await afinal_state(self, run, cfg, None)
+            emit_run_outcome(run, raised(exc))
+            return None
+        if isinstance(exc, DeadlineExceeded):
+            emit_run_outcome(run, exc.outcome)
+            _reraise_with_state(exc, run)
+        if isinstance(exc, GeneratorExit | anyio.get_cancelled_exc_class()):
+            # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
+            # wherever LangGraph runs them, instead of letting them go on to their deadline.
+            run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
+            if not run.backstop_fired:  # the backstop reports the run itself
+                emit_run_outcome(run, raised(exc))
+            return None
+        emit_run_outcome(run, raised(exc))
+        if isinstance(exc, Exception):
+            await akeep_records(self, run, cfg)
+        return None
 
     def _closing(
         self, state: Any, run: RunTracker, mode: Any, kwargs: Mapping[str, Any]
@@ -282,23 +297,29 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         elif (refused := too_late(self, run, input)) is not None:
             return refused
         run.entry = self
-        if run.deadline is None:
-            return self._completed(await super().ainvoke(input, cfg, **kwargs), run)
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
         assert task is not None  # LangGraph runs on asyncio
         backstop = Cut(loop, task)
-        due = Due(loop, run.deadline, _fire_backstop, run, backstop)
+        due = (
+            None if run.deadline is None else Due(loop, run.deadline, _fire_backstop, run, backstop)
+        )
         try:
             with backstop:
-                result = await super().ainvoke(input, cfg, **kwargs)
+                try:
+                    result = await super().ainvoke(input, cfg, **kwargs)
+                except BaseException as exc:
+                    if (state := await self._aended(run, cfg, exc)) is None:
+                        raise
+                    return state
+                if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
+                    return await afinal_state(self, run, cfg, None)
         finally:
-            due.cancel()
+            if due is not None:
+                due.cancel()
             run.close_alarm()
         if backstop.caught:
-            return await afinal_state(
-                self, run, cfg, "the run's deadline passed with steps in flight"
-            )
+            return await afinal_state(self, run, cfg, _IN_FLIGHT)
         return self._completed(result, run)
 
     def _completed(self, result: Any, run: RunTracker) -> Any:
@@ -316,6 +337,26 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         ):
             result = {**result, "deadline_outcome": outcome}
         return result
+
+
+class _Noted:
+    """LangGraph's stream of a run that our `ainvoke` started, each chunk noted
+    (`note_chunk`) on its way to LangGraph's `ainvoke`."""
+
+    __slots__ = ("_inner", "_mode", "_run")
+
+    def __init__(self, inner: AsyncIterator[Any], run: RunTracker, mode: Any) -> None:
+        self._inner = inner
+        self._run = run
+        self._mode = mode
+
+    def __aiter__(self) -> _Noted:
+        return self
+
+    async def __anext__(self) -> Any:
+        chunk = await self._inner.__anext__()
+        note_chunk(self._run, chunk, self._mode)
+        return chunk
 
 
 def _fire_backstop(run: RunTracker, backstop: Cut) -> None:
