@@ -12,7 +12,7 @@ import asyncio
 from contextlib import AbstractContextManager
 from contextvars import Token
 from types import TracebackType
-from typing import NoReturn
+from typing import NoReturn, Self
 
 import anyio
 
@@ -52,10 +52,10 @@ class StepGuard:
         self._token: Token[tuple[ScopeFrame, ...]] | None = None
         self._scope: tuple[AbstractContextManager[object], anyio.CancelScope] | None = None
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> Self:
         deadline, signal = self._deadline, self._signal
         if deadline is None and signal is None:
-            return
+            return self
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not asyncio (trio): an anyio scope does the same job
@@ -75,6 +75,7 @@ class StepGuard:
             self._token = push_step(deadline, self._name)
         if signal is not None:
             signal.register(cut)
+        return self
 
     def __exit__(
         self,
@@ -97,7 +98,7 @@ class StepGuard:
             self._caught(chain)
         return False
 
-    def _enter_anyio(self) -> None:
+    def _enter_anyio(self) -> Self:
         scope = anyio.CancelScope()
         if self._deadline is not None:
             scope.deadline = anyio.current_time() + self._deadline.remaining()
@@ -107,6 +108,7 @@ class StepGuard:
         context.__enter__()
         scope.__enter__()
         self._scope = (context, scope)
+        return self
 
     def _exit_anyio(
         self,

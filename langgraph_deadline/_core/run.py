@@ -8,7 +8,8 @@ through untouched: the caller names them in `passthrough`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, NamedTuple, TypeVar
+from types import TracebackType
+from typing import Any, Generic, NamedTuple, Self, TypeVar
 
 import anyio
 
@@ -22,7 +23,7 @@ from .tracker import RunTracker
 from .workers import Job
 from .workers import submit as _submit
 
-__all__ = ["StepResult", "run_async", "run_sync", "settle", "unbounded_guard"]
+__all__ = ["StepResult", "StepRun", "run_async", "run_sync", "settle", "unbounded_guard"]
 
 T = TypeVar("T")
 
@@ -55,20 +56,71 @@ async def run_async(
     returned, never rewritten. `commit=False` leaves recording the result to the caller
     (`record_child`), for steps that decide their final status afterwards (a stale answer).
     """
-    key = id(plan)
-    if run is not None:
-        run.in_flight[key] = plan
-    step_deadline = plan.step_deadline()
-    signal = run.signal if run is not None else current_signal()
-    try:
-        with StepGuard(step_deadline, plan.name, signal, run):
-            value = await body()
-    except BaseException as exc:
-        result = settle(exc, plan, run, commit=commit, passthrough=passthrough, key=key)
-        if result is None:
+    with StepRun(plan, run, commit=commit, passthrough=passthrough) as step:
+        step.value = await body()
+    return step.result
+
+
+class StepRun(StepGuard):
+    """`run_async` as a block, for a caller that is a coroutine already (a node): the step's
+    guard, and on leaving it the step's result (`result`), recorded. Set `value` to what the
+    body returned; an exception that ends the step is kept in `result`, any other goes on."""
+
+    __slots__ = ("_commit", "_key", "_passthrough", "_plan", "_result", "value")
+
+    def __init__(
+        self,
+        plan: Plan,
+        run: RunTracker | None,
+        *,
+        commit: bool = True,
+        passthrough: tuple[type[BaseException], ...],
+    ) -> None:
+        signal = run.signal if run is not None else current_signal()
+        super().__init__(plan.step_deadline(), plan.name, signal, run)
+        self._plan = plan
+        self._commit = commit
+        self._passthrough = passthrough
+        self._key = id(plan)
+        self._result: StepResult[Any] | None = None
+        self.value: Any = None
+
+    def __enter__(self) -> Self:
+        if self._run is not None:
+            self._run.in_flight[self._key] = self._plan
+        super().__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        try:
+            super().__exit__(exc_type, exc, tb)
+        except BaseException as own:  # the guard's cut, as `DeadlineExceeded` or the caller's
+            if self._ended(own):
+                return True
             raise
-        return result
-    return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=value))
+        if exc is None:
+            done = StepResult(self._plan.record(StepStatus.COMPLETED), value=self.value)
+            self._result = _finish(self._run, self._key, self._commit, done)
+            return False
+        return self._ended(exc)
+
+    def _ended(self, exc: BaseException) -> bool:
+        plan, run, key = self._plan, self._run, self._key
+        self._result = settle(
+            exc, plan, run, commit=self._commit, passthrough=self._passthrough, key=key
+        )
+        return self._result is not None
+
+    @property
+    def result(self) -> StepResult[Any]:
+        """How the step ended (once the block is left without an exception)."""
+        assert self._result is not None
+        return self._result
 
 
 def unbounded_guard(name: str, run: RunTracker | None) -> StepGuard:

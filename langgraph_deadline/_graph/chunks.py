@@ -3,7 +3,7 @@ state seen in the stream (for a run that must end early), an interrupt."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from langgraph.types import Command, Overwrite
@@ -12,7 +12,7 @@ from .._core.deadline import Deadline
 from .._core.tracker import RunTracker
 from .state import deadline_from_state
 
-__all__ = ["deadline_given", "note_chunk"]
+__all__ = ["NotedStream", "closing_chunks", "deadline_given", "note_chunk"]
 
 
 def deadline_given(input: Any) -> Deadline | None:
@@ -44,6 +44,26 @@ def note_chunk(run: RunTracker, chunk: Any, mode: Any) -> None:
             run.latest = chunk[2]
     elif isinstance(chunk, dict) and chunk.get("type") == "values" and not chunk.get("ns"):
         run.latest = chunk.get("data")
+
+
+class NotedStream:
+    """A stream of LangGraph's with each chunk noted (`note_chunk`) on its way: an object, not
+    one more generator frame, for every run `DeadlineGraph.ainvoke` makes."""
+
+    __slots__ = ("_inner", "_mode", "_run")
+
+    def __init__(self, inner: AsyncIterator[Any], run: RunTracker, mode: Any) -> None:
+        self._inner = inner
+        self._run = run
+        self._mode = mode
+
+    def __aiter__(self) -> NotedStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        chunk = await self._inner.__anext__()
+        note_chunk(self._run, chunk, self._mode)
+        return chunk
 
 
 def closing_chunks(

@@ -23,7 +23,7 @@ from .._core.cut import Cut, Due
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.tracker import RUN_KEY, RunTracker
-from .chunks import closing_chunks, deadline_given, note_chunk
+from .chunks import NotedStream, closing_chunks, deadline_given, note_chunk
 from .ends import (
     DEADLINE_META,
     afinal_state,
@@ -195,7 +195,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             # only the chunks are noted, by an object rather than one more generator frame.
             run, input, cfg = self._start(input, config)
             mode = kwargs.get("stream_mode", self.stream_mode)
-            return _Noted(super().astream(input, cfg, **kwargs), run, mode)
+            return NotedStream(super().astream(input, cfg, **kwargs), run, mode)
         return self._astream(input, config, **kwargs)
 
     async def _astream(
@@ -337,26 +337,6 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         ):
             result = {**result, "deadline_outcome": outcome}
         return result
-
-
-class _Noted:
-    """LangGraph's stream of a run that our `ainvoke` started, each chunk noted
-    (`note_chunk`) on its way to LangGraph's `ainvoke`."""
-
-    __slots__ = ("_inner", "_mode", "_run")
-
-    def __init__(self, inner: AsyncIterator[Any], run: RunTracker, mode: Any) -> None:
-        self._inner = inner
-        self._run = run
-        self._mode = mode
-
-    def __aiter__(self) -> _Noted:
-        return self
-
-    async def __anext__(self) -> Any:
-        chunk = await self._inner.__anext__()
-        note_chunk(self._run, chunk, self._mode)
-        return chunk
 
 
 def _fire_backstop(run: RunTracker, backstop: Cut) -> None:

@@ -14,7 +14,7 @@ from .._core.context import current_deadline
 from .._core.deadline import Deadline
 from .._core.plan import Plan, plan_step
 from .._core.record import child_records
-from .._core.run import StepResult, run_async, run_sync, settle, unbounded_guard
+from .._core.run import StepResult, StepRun, run_sync, settle, unbounded_guard
 from .._core.tracker import RunTracker, run_from_config
 from .ending import already_ended, finish, finish_unbounded, skipped
 from .seams import PASSTHROUGH, node_attempt
@@ -121,9 +121,9 @@ class NodeStep:
         plan = self._plan(config, run, deadline, sync=on_thread)
         if plan.skip:
             return skipped(plan, state, run)
-        with child_records() as children:
-            result = await run_async(plan, body, run=run, passthrough=PASSTHROUGH)
-        return finish(state, result, children, plan, self.settings, run, finished)
+        with child_records() as children, StepRun(plan, run, passthrough=PASSTHROUGH) as step:
+            step.value = await body()  # in this coroutine: one frame fewer than run_async's
+        return finish(state, step.result, children, plan, self.settings, run, finished)
 
     # -- nothing bounds the node: it runs as it would bare ----------------------------------------
     # No budget to plan, no timer, and no record of its own when it completes (there is nothing
