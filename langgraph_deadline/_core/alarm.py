@@ -2,13 +2,18 @@
 
 Every node of a run whose budget is the run's own deadline (less its reserve and the hand-off)
 ends at the same instant. Rather than one event-loop timer per node, the run keeps one for that
-instant, armed on first use, and the nodes' cuts join it while they run.
+instant, armed on first use; the nodes' cuts join it while they run. They are registered with
+the run's cancel signal anyway, so the alarm finds them there and keeps no set of its own. A
+run that `ainvoke` started arms it at once, and it goes on to the run's backstop: one timer
+for both instants.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
+from .cancel import CancelSignal
 from .cut import Cut, Due
 from .deadline import Deadline
 
@@ -16,28 +21,40 @@ __all__ = ["RunAlarm"]
 
 
 class RunAlarm:
-    """Cancels the cuts that joined it, once its deadline has passed; `close()` when the run
-    ends."""
+    """Cancels the cuts registered with `signal` that joined it (`Cut.joined`), once its
+    deadline has passed; then, given `then` (a later deadline, a callback and its arguments:
+    the run's backstop), calls the callback at that deadline. `close()` when the run ends."""
 
-    __slots__ = ("_due", "cuts", "fired", "loop")
+    __slots__ = ("_due", "_then", "fired", "loop", "signal")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: Deadline) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deadline: Deadline,
+        signal: CancelSignal,
+        then: tuple[Deadline, Callable[..., object], *tuple[object, ...]] | None = None,
+    ) -> None:
         self.loop = loop
-        self.cuts: set[Cut] = set()
+        self.signal = signal
         self.fired = False
-        # Armed inside the run's first node, in an empty context (`Due`): that node's context
+        self._then = then
+        # In an empty context (`Due`): armed inside the run's first node, that node's context
         # would otherwise stay alive with the timer for the whole run.
         self._due: Due | None = Due(loop, deadline, self._fire)
 
     def _fire(self) -> None:
         self.fired = True
-        self._due = None
-        for cut in list(self.cuts):
+        then, self._then = self._then, None
+        self._due = None if then is None else Due(self.loop, then[0], then[1], *then[2:])
+        for cut in self.joined():
             cut.cancel()
+
+    def joined(self) -> list[Cut]:
+        """The cuts on this timer now."""
+        return [s for s in self.signal.registered() if isinstance(s, Cut) and s.joined]
 
     def close(self) -> None:
         """Drop the timer (the run is over): it no longer keeps the run alive until then."""
         if self._due is not None:
             self._due.cancel()
             self._due = None
-        self.cuts.clear()

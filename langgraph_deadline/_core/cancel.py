@@ -65,6 +65,11 @@ class CancelSignal:
         with self._lock:
             self._scopes.discard(scope)
 
+    def registered(self) -> list[Cancellable]:
+        """The scopes registered now."""
+        with self._lock:
+            return list(self._scopes)
+
     def cancel(self, source: str = "caller") -> None:
         """Cancel everything below this signal. Only the first call counts."""
         with self._lock:

@@ -70,9 +70,20 @@ class Due:
 class Cut:
     """Cancel the current task when `cancel()` is called or at the deadline given to `arm`,
     until the block exits. Leaving the block swallows the cancellation it caused (`caught`),
-    never one from elsewhere (a native `Task.cancel()` or an enclosing scope)."""
+    never one from elsewhere (a native `Task.cancel()` or an enclosing scope). `joined`: the
+    run's one timer cancels it (`RunAlarm`), not a timer of its own."""
 
-    __slots__ = ("_again", "_calls", "_cancelling", "_handle", "_loop", "_task", "caught", "fired")
+    __slots__ = (
+        "_again",
+        "_calls",
+        "_cancelling",
+        "_handle",
+        "_loop",
+        "_task",
+        "caught",
+        "fired",
+        "joined",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[object]) -> None:
         self._loop = loop
@@ -83,6 +94,7 @@ class Cut:
         self._calls = 0
         self.fired = False
         self.caught = False
+        self.joined = False
 
     def arm(self, deadline: Deadline) -> None:
         """Cancel once `deadline` has passed (at once, if it has)."""

@@ -34,7 +34,7 @@ class StepGuard:
     caused it, as the caller's cancellation); any other passes through. A step that ends when
     the run's nodes end joins the run's one timer for that instant instead of arming its own."""
 
-    __slots__ = ("_alarm", "_cut", "_deadline", "_name", "_run", "_scope", "_signal", "_token")
+    __slots__ = ("_cut", "_deadline", "_name", "_run", "_scope", "_signal", "_token")
 
     def __init__(
         self,
@@ -48,7 +48,6 @@ class StepGuard:
         self._signal = signal
         self._run = run
         self._cut: Cut | None = None
-        self._alarm: RunAlarm | None = None
         self._token: Token[tuple[ScopeFrame, ...]] | None = None
         self._scope: tuple[AbstractContextManager[object], anyio.CancelScope] | None = None
 
@@ -65,13 +64,13 @@ class StepGuard:
             return self._enter_anyio()
         cut = self._cut = Cut(loop, task)
         if deadline is not None:
-            alarm = self._alarm = _run_alarm(self._run, deadline, loop)
+            alarm = _run_alarm(self._run, deadline, loop, signal)
             if alarm is None:
                 cut.arm(deadline)
             else:
                 if alarm.fired:
                     cut.cancel()
-                alarm.cuts.add(cut)
+                cut.joined = True  # registered with the run's signal below: the alarm finds it
             self._token = push_step(deadline, self._name)
         if signal is not None:
             signal.register(cut)
@@ -89,8 +88,6 @@ class StepGuard:
         cut.__exit__(exc_type, exc, tb)
         if self._signal is not None:
             self._signal.unregister(cut)
-        if self._alarm is not None:
-            self._alarm.cuts.discard(cut)
         chain = current_scopes() if cut.caught else ()
         if self._token is not None:
             pop_step(self._token)
@@ -143,12 +140,18 @@ class StepGuard:
 
 
 def _run_alarm(
-    run: RunTracker | None, deadline: Deadline, loop: asyncio.AbstractEventLoop
+    run: RunTracker | None,
+    deadline: Deadline,
+    loop: asyncio.AbstractEventLoop,
+    signal: CancelSignal | None,
 ) -> RunAlarm | None:
     """The run's one timer, when this step ends at the instant the run's nodes end at (see
-    `plan.run_step_end`): armed by the first such step. None: the step arms its own."""
+    `plan.run_step_end`) and answers the run's signal: armed by the first such step (or by
+    `ainvoke`). None: the step arms its own."""
     if run is None or run.step_end is None or deadline is not run.step_end[1]:
         return None
+    if signal is not run.signal:
+        return None
     if run.alarm is None:
-        run.alarm = RunAlarm(loop, deadline)
+        run.alarm = RunAlarm(loop, deadline, run.signal)
     return run.alarm if run.alarm.loop is loop else None  # a run on two loops: its own timer

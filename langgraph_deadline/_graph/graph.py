@@ -17,11 +17,13 @@ from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Overwrite, StateUpdate
 
+from .._core.alarm import RunAlarm
 from .._core.clock import SYSTEM_CLOCK
 from .._core.context import current_deadline
-from .._core.cut import Cut, Due
+from .._core.cut import Cut
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
+from .._core.plan import run_step_end
 from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import NotedStream, closing_chunks, deadline_given, note_chunk
 from .ends import (
@@ -301,9 +303,9 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         task = asyncio.current_task(loop)
         assert task is not None  # LangGraph runs on asyncio
         backstop = Cut(loop, task)
-        due = (
-            None if run.deadline is None else Due(loop, run.deadline, _fire_backstop, run, backstop)
-        )
+        if run.deadline is not None:  # one timer: the nodes' end, then the backstop
+            then = (run.deadline, _fire_backstop, run, backstop)
+            run.alarm = RunAlarm(loop, run_step_end(run), run.signal, then)
         try:
             with backstop:
                 try:
@@ -315,8 +317,6 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
                     return await afinal_state(self, run, cfg, None)
         finally:
-            if due is not None:
-                due.cancel()
             run.close_alarm()
         if backstop.caught:
             return await afinal_state(self, run, cfg, _IN_FLIGHT)

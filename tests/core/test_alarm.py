@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
+import anyio
 import pytest
 
 from langgraph_deadline._core.alarm import RunAlarm
+from langgraph_deadline._core.cancel import CancelSignal
 from langgraph_deadline._core.cut import Cut
 from langgraph_deadline._core.deadline import Deadline
 
@@ -15,31 +18,54 @@ pytestmark = pytest.mark.anyio
 
 async def test_the_cuts_that_joined_are_cancelled_at_its_time() -> None:
     loop = asyncio.get_running_loop()
-    alarm = RunAlarm(loop, Deadline.after(0.05))
+    signal = CancelSignal()
+    alarm = RunAlarm(loop, Deadline.after(0.05), signal)
     caught = []
 
-    async def step() -> None:
+    async def step(joins: bool) -> None:
         task = asyncio.current_task()
         assert task is not None
         with Cut(loop, task) as cut:
-            alarm.cuts.add(cut)
-            await asyncio.sleep(5)
-        alarm.cuts.discard(cut)
+            cut.joined = joins
+            signal.register(cut)
+            with contextlib.suppress(asyncio.TimeoutError):
+                async with asyncio.timeout(0.5):  # a step that did not join: not cut
+                    await asyncio.sleep(5)
+        signal.unregister(cut)
         caught.append(cut.caught)
 
     started = loop.time()
-    await asyncio.gather(step(), step(), step())
-    assert caught == [True, True, True] and alarm.fired
-    assert loop.time() - started < 1.0
+    await asyncio.gather(step(True), step(True), step(False))
+    assert caught == [True, True, False] and alarm.fired
+    assert loop.time() - started < 2.0
+    assert not signal.cancelled  # the alarm is not the caller giving up
+
+
+async def test_it_goes_on_to_a_later_deadline() -> None:
+    loop = asyncio.get_running_loop()
+    seen: list[tuple[bool, bool]] = []
+    called = asyncio.Event()
+    later = Deadline.after(0.15)
+
+    def backstop(note: list[tuple[bool, bool]]) -> None:
+        note.append((alarm.fired, later.expired))
+        called.set()
+
+    alarm = RunAlarm(loop, Deadline.after(0.05), CancelSignal(), (later, backstop, seen))
+    with anyio.fail_after(5):
+        await called.wait()
+    assert seen == [(True, True)]  # after the alarm, and not before its own deadline
 
 
 async def test_closing_it_drops_the_timer() -> None:
     loop = asyncio.get_running_loop()
-    alarm = RunAlarm(loop, Deadline.after(0.05))
+    signal = CancelSignal()
+    alarm = RunAlarm(loop, Deadline.after(0.05), signal, (Deadline.after(0.06), signal.cancel))
     alarm.close()
     task = asyncio.current_task()
     assert task is not None
     with Cut(loop, task) as cut:
-        alarm.cuts.add(cut)
+        cut.joined = True
+        signal.register(cut)
         await asyncio.sleep(0.1)  # past its time: nothing fires
     assert not cut.fired

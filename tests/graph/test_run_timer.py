@@ -68,7 +68,7 @@ async def test_a_node_with_its_own_cap_keeps_its_own_timer() -> None:
 
     async def capped(state: State, config: RunnableConfig) -> dict[str, Any]:
         alarm = _run(config).alarm
-        joined.append(alarm is not None and len(alarm.cuts) > 0)
+        joined.append(alarm is not None and len(alarm.joined()) > 0)
         await asyncio.sleep(10)
         return {"done": ["capped"]}
 
@@ -90,7 +90,7 @@ async def test_a_streamed_run_drops_its_timer_when_the_stream_ends() -> None:
     async def quick(state: State, config: RunnableConfig) -> dict[str, Any]:
         run = _run(config)
         runs.append(run)
-        assert run.alarm is not None and len(run.alarm.cuts) == 1  # this node, on the timer
+        assert run.alarm is not None and len(run.alarm.joined()) == 1  # this node, on the timer
         return {"done": ["quick"]}
 
     b = StateGraph(State)
