@@ -28,13 +28,18 @@ _LOCK: Final = threading.Lock()
 
 
 class CancelSignal:
-    """Cancels every registered scope, and every child signal, once."""
+    """Cancels every registered scope, and every child signal, once.
 
-    __slots__ = ("__weakref__", "_children", "_lock", "_scopes", "source")
+    A run's signal mostly has one step registered at a time (its node): that one is kept in a
+    slot, and a set is made only when a second one comes (a tool inside the node, parallel
+    nodes), for the memory of every run in flight."""
+
+    __slots__ = ("__weakref__", "_children", "_lock", "_one", "_scopes", "source")
 
     def __init__(self, parent: CancelSignal | None = None) -> None:
+        self._one: Cancellable | None = None
+        self._scopes: set[Cancellable] | None = None  # made on first use, as `_children`
         # Made on first use: most signals (one per run) never get a child.
-        self._scopes: set[Cancellable] = set()
         self._children: weakref.WeakSet[CancelSignal] | None = None
         self._lock = _LOCK
         self.source: str | None = None
@@ -56,19 +61,35 @@ class CancelSignal:
 
     def register(self, scope: Cancellable) -> None:
         with self._lock:
-            self._scopes.add(scope)
+            if scope is self._one:
+                pass
+            elif self._one is None and not self._scopes:
+                self._one = scope
+            else:
+                if self._scopes is None:
+                    self._scopes = set()
+                self._scopes.add(scope)
             cancelled = self.source is not None
         if cancelled:
             scope.cancel()
 
     def unregister(self, scope: Cancellable) -> None:
         with self._lock:
-            self._scopes.discard(scope)
+            if self._one is scope:
+                self._one = None
+            elif self._scopes is not None:
+                self._scopes.discard(scope)
 
     def registered(self) -> list[Cancellable]:
         """The scopes registered now."""
         with self._lock:
-            return list(self._scopes)
+            return self._registered()
+
+    def _registered(self) -> list[Cancellable]:
+        found = [] if self._one is None else [self._one]
+        if self._scopes:
+            found.extend(self._scopes)
+        return found
 
     def cancel(self, source: str = "caller") -> None:
         """Cancel everything below this signal. Only the first call counts."""
@@ -76,7 +97,7 @@ class CancelSignal:
             if self.source is not None:
                 return
             self.source = source
-            scopes = list(self._scopes)
+            scopes = self._registered()
             children = list(self._children or ())
         for scope in scopes:
             scope.cancel()
