@@ -3,7 +3,7 @@ state seen in the stream (for a run that must end early), an interrupt."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 from langgraph.types import Command, Overwrite
@@ -48,11 +48,12 @@ def note_chunk(run: RunTracker, chunk: Any, mode: Any) -> None:
 
 class NotedStream:
     """A stream of LangGraph's with each chunk noted (`note_chunk`) on its way: an object, not
-    one more generator frame, for every run `DeadlineGraph.ainvoke` makes."""
+    one more generator frame, for every run `DeadlineGraph.ainvoke` makes. It closes as the
+    stream it wraps does (`aclose`, for a reader that closes what it reads)."""
 
     __slots__ = ("_inner", "_mode", "_run")
 
-    def __init__(self, inner: AsyncIterator[Any], run: RunTracker, mode: Any) -> None:
+    def __init__(self, inner: AsyncGenerator[Any, None], run: RunTracker, mode: Any) -> None:
         self._inner = inner
         self._run = run
         self._mode = mode
@@ -64,6 +65,9 @@ class NotedStream:
         chunk = await self._inner.__anext__()
         note_chunk(self._run, chunk, self._mode)
         return chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def closing_chunks(

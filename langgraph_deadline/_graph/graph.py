@@ -197,7 +197,8 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             # only the chunks are noted, by an object rather than one more generator frame.
             run, input, cfg = self._start(input, config)
             mode = kwargs.get("stream_mode", self.stream_mode)
-            return NotedStream(super().astream(input, cfg, **kwargs), run, mode)
+            stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
+            return NotedStream(stream, run, mode)
         return self._astream(input, config, **kwargs)
 
     async def _astream(

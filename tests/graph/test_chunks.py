@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import contextlib
+import operator
+from typing import Annotated, Any
 
 import pytest
+from langgraph.graph import END, START, StateGraph
+from langgraph.pregel import Pregel
 from langgraph.types import Command, Overwrite
+from typing_extensions import TypedDict
 
-from langgraph_deadline import Deadline
+from langgraph_deadline import Deadline, with_deadlines
 from langgraph_deadline._core.tracker import RunTracker
 from langgraph_deadline._graph.chunks import closing_chunks, deadline_given, note_chunk
+
+
+class Steps(TypedDict):
+    log: Annotated[list[str], operator.add]
 
 
 @pytest.mark.parametrize(
@@ -66,3 +76,46 @@ def test_closing_chunks_follow_the_callers_stream_format(
         assert kinds == expected
     else:
         assert chunks == expected
+
+
+@pytest.mark.anyio
+async def test_the_stream_under_ainvoke_is_noted_and_closes_for_a_reader_that_closes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`ainvoke` reads the run's stream through LangGraph's `ainvoke`, as a `NotedStream`. A
+    LangGraph that reads it in an `aclosing` block and stops early must close the stream under
+    it: no node runs after that."""
+    ran: list[str] = []
+
+    def node(name: str) -> Any:
+        async def body(state: Steps) -> dict[str, Any]:
+            ran.append(name)
+            await asyncio.sleep(0)
+            return {"log": [name]}
+
+        return body
+
+    b = StateGraph(Steps)
+    for name in ("a", "b", "c"):
+        b.add_node(name, node(name))
+    b.add_edge(START, "a")
+    b.add_edge("a", "b")
+    b.add_edge("b", "c")
+    b.add_edge("c", END)
+    graph = with_deadlines(b, timeout=10.0)
+    seen: list[Any] = []
+
+    async def closing_reader(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        stream = self.astream(input, config, stream_mode="values")
+        async with contextlib.aclosing(stream) as chunks:
+            async for chunk in chunks:
+                seen.append((type(stream).__name__, chunk))
+                if len(seen) == 2:  # the input, then a's update: stop reading
+                    break
+        return seen[-1][1]
+
+    monkeypatch.setattr(Pregel, "ainvoke", closing_reader)
+    out = await graph.ainvoke({"log": []})
+    await asyncio.sleep(0.05)
+    assert [kind for kind, _ in seen] == ["NotedStream", "NotedStream"]
+    assert out["log"] == ["a"] and ran == ["a"]  # b and c never ran: the stream was closed
