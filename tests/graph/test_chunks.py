@@ -95,12 +95,8 @@ async def test_the_stream_under_ainvoke_is_noted_and_closes_for_a_reader_that_cl
 
         return body
 
-    b = StateGraph(Steps)
-    for name in ("a", "b", "c"):
-        b.add_node(name, node(name))
+    b = StateGraph(Steps).add_sequence([(name, node(name)) for name in ("a", "b", "c")])
     b.add_edge(START, "a")
-    b.add_edge("a", "b")
-    b.add_edge("b", "c")
     b.add_edge("c", END)
     graph = with_deadlines(b, timeout=10.0)
     seen: list[Any] = []
