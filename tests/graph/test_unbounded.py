@@ -178,11 +178,8 @@ def test_a_deadline_brought_in_by_a_node_bounds_the_nodes_after_it() -> None:
     def second(state: State) -> dict[str, Any]:
         return {"messages": [AIMessage("ok")]}
 
-    b = StateGraph(State)
-    b.add_node("first", first)
-    b.add_node("second", second)
+    b = StateGraph(State).add_sequence([first, second])
     b.add_edge(START, "first")
-    b.add_edge("first", "second")
     b.add_edge("second", END)
     out = with_deadlines(b).invoke({"messages": []})
     [record] = out["deadline_trace"]
