@@ -184,7 +184,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         except BaseException as exc:
             emit_run_outcome(run, raised(exc))
             raise
-        if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
+        if _ran_out_at_the_end(run):
             yield from self._closing(final_state(self, run, cfg, None), run, mode, kwargs)
         elif not prepared:
             emit_run_outcome(run, final_outcome(run, run.latest))
@@ -224,7 +224,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             for chunk in self._closing(state, run, mode, kwargs):
                 yield chunk
         else:
-            if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
+            if _ran_out_at_the_end(run):
                 state = await afinal_state(self, run, cfg, None)
                 for chunk in self._closing(state, run, mode, kwargs):
                     yield chunk
@@ -315,7 +315,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                     if (state := await self._aended(run, cfg, exc)) is None:
                         raise
                     return state
-                if run.outcome is not None or ended_in_state(run.latest):  # ran out at the end
+                if _ran_out_at_the_end(run):
                     return await afinal_state(self, run, cfg, None)
         finally:
             run.close_alarm()
@@ -338,6 +338,12 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         ):
             result = {**result, "deadline_outcome": outcome}
         return result
+
+
+def _ran_out_at_the_end(run: RunTracker) -> bool:
+    """True when a run that LangGraph finished ended early all the same: a step ran out at its
+    very end, or a sub-agent or subgraph node wrote the outcome into the state."""
+    return run.outcome is not None or ended_in_state(run.latest)
 
 
 def _fire_backstop(run: RunTracker, backstop: Cut) -> None:
