@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 __all__ = ["RUN_KEY", "RunTracker", "run_from_config"]
 
 
+def _run_id() -> str:
+    """A random 128-bit id, as hex: unique per run (a forked child reseeds `random`) and made
+    without `uuid.uuid4()`, which code under test mocks to count LangGraph's own ids."""
+    return f"{random.getrandbits(128):032x}"
+
+
 @dataclasses.dataclass(slots=True, eq=False)
 class RunTracker:
     """Mutable, run-scoped bookkeeping shared by every step of one run (carried in its config)."""
@@ -31,7 +37,7 @@ class RunTracker:
     in_flight: dict[int, Plan] = dataclasses.field(default_factory=dict)
     backstop_fired: bool = False
     latest: Any = None
-    run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
+    run_id: str = dataclasses.field(default_factory=_run_id)
     interrupted: bool = False
     emitted: bool = False
     outcome: Outcome | None = None  # set by the step that ended the run early
@@ -77,7 +83,9 @@ class RunTracker:
         return closed
 
 
-RUN_KEY: Final = "__langgraph_deadline_run"
+RUN_KEY: Final = "__pregel_langgraph_deadline_run"
+"""Where a run's tracker rides in `config["configurable"]`. LangGraph leaves its `__pregel_` keys
+out of what users see of a config (checkpoints' metadata and debug events), and so this one."""
 
 
 def run_from_config(config: Mapping[str, Any] | None) -> RunTracker | None:

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
@@ -27,7 +28,11 @@ if TYPE_CHECKING:
     from .graph import DeadlineGraph
 
 __all__ = [
-    "DEADLINE_META",
+    "KEPT_CHANNEL",
+    "KEPT_TASK",
+    "akeep_deadline",
+    "keep_deadline",
+    "saver",
     "afinal_state",
     "akeep_records",
     "assemble",
@@ -39,34 +44,83 @@ __all__ = [
     "kept_deadline",
 ]
 
-DEADLINE_META: Final = "langgraph_deadline_at"
-"""The checkpoint metadata key holding the run's deadline (epoch seconds)."""
-
 log = logging.getLogger("langgraph_deadline")
 _PERSIST = "langgraph_deadline: write the outcome"
 
+KEPT_TASK: Final = "langgraph-deadline"
+KEPT_CHANNEL: Final = "__langgraph_deadline__"
+"""The task id and channel of the write that keeps a paused run's deadline (epoch seconds) on
+its checkpoint, for a state without the deadline fields. A pending write of a task LangGraph
+does not know is kept with the checkpoint and otherwise left alone: not applied on a resume,
+not in the snapshot's values, metadata, tasks or config."""
 
-def kept_deadline(snapshot: Any) -> Deadline | None:
+
+def kept_deadline(snapshot: Any, writes: Any = ()) -> Deadline | None:
     """The deadline a thread's checkpoint kept: its state's `deadline` field, else (state
-    without the deadline fields) the one its run recorded in the checkpoint's metadata."""
+    without the deadline fields) the one its paused run wrote beside it (`writes`, the
+    checkpoint's pending writes)."""
     d = deadline_from_state(getattr(snapshot, "values", None))
     if d is not None:
         return d
-    metadata = getattr(snapshot, "metadata", None) or {}
-    try:  # our own metadata, but a checkpoint is storage: read it defensively
-        at = check_timestamp(metadata.get(DEADLINE_META), DEADLINE_META)
-    except (TypeError, ValueError):
+    for task, channel, value in writes or ():
+        if task == KEPT_TASK and channel == KEPT_CHANNEL:
+            try:  # our own write, but a checkpoint is storage: read it defensively
+                return Deadline._at(check_timestamp(value, KEPT_CHANNEL), SYSTEM_CLOCK)
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _keeps(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> RunnableConfig | None:
+    """The thread's config, when a paused run of a state without the deadline fields must keep
+    its deadline on its checkpoint for the resume."""
+    if graph.deadline_settings.has_fields or run.deadline is None or not _saved(graph, cfg):
         return None
-    return Deadline._at(at, SYSTEM_CLOCK)
+    paused = run.interrupted or run.outcome is not None or graph.interrupts_somewhere
+    if not paused:
+        return None
+    conf = cfg.get("configurable", {})
+    return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ""}}
 
 
-def late(graph: DeadlineGraph, snapshot: Any, run: RunTracker) -> Any:
+def saver(graph: DeadlineGraph) -> BaseCheckpointSaver[Any] | None:
+    """The graph's own checkpointer (None, or `True` for a subgraph that uses its parent's)."""
+    cp = graph.checkpointer
+    return cp if isinstance(cp, BaseCheckpointSaver) else None
+
+
+def keep_deadline(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
+    """Write a paused run's deadline beside its latest checkpoint (see `KEPT_TASK`)."""
+    thread = _keeps(graph, run, cfg)
+    cp = saver(graph)
+    if thread is None or cp is None or run.deadline is None:
+        return
+    with _writing():
+        saved = cp.get_tuple(thread)
+        if saved is not None:
+            cp.put_writes(saved.config, [(KEPT_CHANNEL, run.deadline.timestamp)], KEPT_TASK)
+
+
+async def akeep_deadline(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
+    """`keep_deadline`, asynchronously."""
+    thread = _keeps(graph, run, cfg)
+    cp = saver(graph)
+    if thread is None or cp is None or run.deadline is None:
+        return
+    with _writing():
+        saved = await cp.aget_tuple(thread)
+        if saved is not None:
+            write = [(KEPT_CHANNEL, run.deadline.timestamp)]
+            await cp.aput_writes(saved.config, write, KEPT_TASK)
+
+
+def late(graph: DeadlineGraph, snapshot: Any, run: RunTracker, writes: Any = ()) -> Any:
     """A resume after the checkpointed deadline passed does not start: no node body runs,
     and the checkpoint stays as it was, so a resume that grants a new deadline
     (`Command(resume=..., update=deadline_input(s))`) continues where the run paused.
     Returns what the caller gets (graphs without deadline fields raise), or None to go on."""
     values = getattr(snapshot, "values", None)
-    d = kept_deadline(snapshot)
+    d = kept_deadline(snapshot, writes)
     if d is None or not d.expired:
         return None
     pending = ", ".join(getattr(snapshot, "next", ()) or ()) or None
@@ -192,6 +246,7 @@ def final_state(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig, why:
     superstep), and the outcome, the records and the reply are written to it."""
     state, update = assemble(graph, run, _read(graph, run, cfg), why)
     _write(graph, cfg, update)
+    keep_deadline(graph, run, cfg)
     run.final_news = bool(update)
     return _returned(graph, run, state)
 
@@ -202,6 +257,7 @@ async def afinal_state(
     """`final_state`, reading and writing the checkpoint asynchronously."""
     state, update = assemble(graph, run, await _aread(graph, run, cfg), why)
     await _awrite(graph, cfg, update)
+    await akeep_deadline(graph, run, cfg)
     run.final_news = bool(update)
     return _returned(graph, run, state)
 

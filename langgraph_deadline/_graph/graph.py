@@ -27,18 +27,20 @@ from .._core.plan import run_step_end
 from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import NotedStream, closing_chunks, deadline_given, note_chunk
 from .ends import (
-    DEADLINE_META,
     afinal_state,
+    akeep_deadline,
     akeep_records,
     ended_in_state,
     final_state,
+    keep_deadline,
     keep_records,
     kept_deadline,
     late,
+    saver,
     too_late,
 )
 from .inputs import plain_input
-from .seams import DRAIN_REASON
+from .seams import DRAIN_REASON, check_thread
 from .settings import GraphSettings
 from .state import deadline_from_state, fresh_run_update
 from .terminal import emit_run_outcome, final_outcome, raised
@@ -46,6 +48,9 @@ from .terminal import emit_run_outcome, final_outcome, raised
 __all__ = ["DeadlineGraph"]
 
 _IN_FLIGHT = "the run's deadline passed with steps in flight"
+_KEPT = ("_output_mapper", "_state_mapper", "_serde_allowlist")
+"""What `StateGraph.compile` sets on a compiled graph after making it: `version="v2"` outputs'
+pydantic or dataclass type, and the strict-msgpack allowlist of the state's types."""
 
 
 class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
@@ -71,7 +76,18 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         """
         attrs = {k: v for k, v in vars(compiled).items() if k != "__orig_class__"}
         attrs["_lgd_settings"] = settings
-        return cls(**attrs)
+        return cls(**attrs)._keep(compiled)
+
+    def copy(self, update: dict[str, Any] | None = None) -> DeadlineGraph:
+        """Like `Pregel.copy` (so `with_config`), keeping what `compile` set after the graph
+        was made (`_KEPT`), which LangGraph's own copy leaves behind."""
+        return super().copy(update)._keep(self)
+
+    def _keep(self, source: CompiledStateGraph[Any, Any, Any, Any]) -> DeadlineGraph:
+        for key in _KEPT:
+            if key in vars(source):
+                setattr(self, key, vars(source)[key])
+        return self
 
     @property
     def deadline_settings(self) -> GraphSettings:
@@ -89,6 +105,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         if isinstance(existing, RunTracker) and existing.entry is self:
             existing.entry = None  # ainvoke prepared this run; astream goes on with it
             return existing, input, cfg
+        check_thread(self.checkpointer, cfg)
         settings = self._lgd_settings
         input = plain_input(input)
         given = None if _a_result(input) else deadline_given(input)
@@ -102,19 +119,43 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
         run = RunTracker(deadline=d, reserve=settings.reserve, resumable=self._has_thread(cfg))
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
-        _remember(cfg, run, settings)
         return run, input, cfg
 
-    def _resumed(self, run: RunTracker, cfg: RunnableConfig, snapshot: Any) -> Any:
+    def _resumed(self, run: RunTracker, snapshot: Any, writes: Any) -> Any:
         """A resume runs to the deadline its thread kept (in state, or for state without the
-        deadline fields in the checkpoint's metadata); a thread that kept none gets `timeout`
-        from now. Returns what the caller gets when that deadline has passed, else None."""
-        kept = kept_deadline(snapshot)
+        deadline fields beside its checkpoint: `writes`); a thread that kept none gets
+        `timeout` from now. Returns what the caller gets when that deadline has passed, else
+        None."""
+        kept = kept_deadline(snapshot, writes)
         if kept is None and self._lgd_settings.timeout is not None:
             kept = Deadline.after(self._lgd_settings.timeout)
         run.deadline = earliest(run.deadline, kept)
-        _remember(cfg, run, self._lgd_settings)
-        return late(self, snapshot, run)
+        return late(self, snapshot, run, writes)
+
+    def _resume(self, run: RunTracker, cfg: RunnableConfig) -> Any:
+        """`_resumed`, reading the thread's checkpoint (if it has one)."""
+        if not self._has_thread(cfg):
+            return self._resumed(run, None, ())
+        snapshot = self.get_state(cfg)
+        if self._lgd_settings.has_fields or (cp := saver(self)) is None:
+            return self._resumed(run, snapshot, ())
+        saved = cp.get_tuple(snapshot.config)
+        return self._resumed(run, snapshot, saved.pending_writes if saved else ())
+
+    async def _aresume(self, run: RunTracker, cfg: RunnableConfig) -> Any:
+        """`_resume`, asynchronously."""
+        if not self._has_thread(cfg):
+            return self._resumed(run, None, ())
+        snapshot = await self.aget_state(cfg)
+        if self._lgd_settings.has_fields or (cp := saver(self)) is None:
+            return self._resumed(run, snapshot, ())
+        saved = await cp.aget_tuple(snapshot.config)
+        return self._resumed(run, snapshot, saved.pending_writes if saved else ())
+
+    @property
+    def interrupts_somewhere(self) -> bool:
+        """True when the graph was compiled to pause before or after some node."""
+        return bool(self.interrupt_before_nodes or self.interrupt_after_nodes)
 
     def _prepared(self, config: RunnableConfig | None) -> bool:
         run = (config or {}).get("configurable", {}).get(RUN_KEY)
@@ -158,8 +199,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         prepared = self._prepared(config)
         run, input, cfg = self._start(input, config)
         if not prepared and self._resuming(input):
-            snapshot = self.get_state(cfg) if self._has_thread(cfg) else None
-            if self._resumed(run, cfg, snapshot) is not None:
+            if self._resume(run, cfg) is not None:
                 return
         elif not prepared and too_late(self, run, input) is not None:
             return
@@ -176,6 +216,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return
         except DeadlineExceeded as exc:
             emit_run_outcome(run, exc.outcome)
+            keep_deadline(self, run, cfg)
             _reraise_with_state(exc, run)
         except Exception as exc:
             emit_run_outcome(run, raised(exc))
@@ -186,7 +227,9 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             raise
         if _ran_out_at_the_end(run):
             yield from self._closing(final_state(self, run, cfg, None), run, mode, kwargs)
-        elif not prepared:
+            return
+        keep_deadline(self, run, cfg)
+        if not prepared:
             emit_run_outcome(run, final_outcome(run, run.latest))
 
     def astream(
@@ -206,8 +249,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
     ) -> AsyncIterator[Any]:
         run, input, cfg = self._start(input, config)
         if self._resuming(input):
-            snapshot = await self.aget_state(cfg) if self._has_thread(cfg) else None
-            if self._resumed(run, cfg, snapshot) is not None:
+            if await self._aresume(run, cfg) is not None:
                 return
         elif too_late(self, run, input) is not None:
             return
@@ -229,6 +271,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
                 for chunk in self._closing(state, run, mode, kwargs):
                     yield chunk
             else:
+                await akeep_deadline(self, run, cfg)
                 emit_run_outcome(run, final_outcome(run, run.latest))
         finally:
             run.close_alarm()
@@ -245,6 +288,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return None
         if isinstance(exc, DeadlineExceeded):
             emit_run_outcome(run, exc.outcome)
+            await akeep_deadline(self, run, cfg)
             _reraise_with_state(exc, run)
         if isinstance(exc, GeneratorExit | anyio.get_cancelled_exc_class()):
             # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
@@ -280,8 +324,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         run, input, cfg = self._start(input, config)
         if self._resuming(input):
-            snapshot = self.get_state(cfg) if self._has_thread(cfg) else None
-            ended = self._resumed(run, cfg, snapshot)
+            ended = self._resume(run, cfg)
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
@@ -293,8 +336,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         """Like `CompiledStateGraph.ainvoke`; also cancels the whole run at its deadline."""
         run, input, cfg = self._start(input, config)
         if self._resuming(input):
-            snapshot = await self.aget_state(cfg) if self._has_thread(cfg) else None
-            ended = self._resumed(run, cfg, snapshot)
+            ended = await self._aresume(run, cfg)
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
@@ -321,6 +363,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             run.close_alarm()
         if backstop.caught:
             return await afinal_state(self, run, cfg, _IN_FLIGHT)
+        await akeep_deadline(self, run, cfg)
         return self._completed(result, run)
 
     def _completed(self, result: Any, run: RunTracker) -> Any:
@@ -356,14 +399,6 @@ def _a_result(input: Any) -> bool:
     """True for an input that is a finished run's result (`state = graph.invoke(state)`): its
     `deadline` is that run's, spent, and not the new run's."""
     return isinstance(input, Mapping) and input.get("deadline_outcome") is not None
-
-
-def _remember(cfg: RunnableConfig, run: RunTracker, settings: GraphSettings) -> None:
-    """Record the run's deadline in its checkpoints' metadata (LangGraph copies the config's
-    `metadata` there), so that a resume finds it when the state has no deadline field. (Not
-    for states that have it: LangGraph copies a run's metadata into every task's config.)"""
-    if run.deadline is not None and not settings.has_fields:
-        cfg["metadata"] = {**cfg.get("metadata", {}), DEADLINE_META: run.deadline.timestamp}
 
 
 def _sets_deadline(supersteps: list[Any]) -> bool:

@@ -25,6 +25,11 @@ def _checked(value: Any, not_after: float | None = None) -> Any:
     return seconds if not_after is None else min(seconds, not_after)
 
 
+def _sets_deadline(item: Any) -> bool:
+    """True for a `("deadline", value)` pair of a `Command`'s list of updates."""
+    return type(item) is tuple and len(item) == 2 and item[0] == "deadline"
+
+
 def plain_input(value: Any, *, not_after: float | None = None) -> Any:
     """`value` (a run's input, a `Command`, or a state update) with its `deadline` as plain
     epoch seconds, so that LangGraph can checkpoint it as it is (it does so before any reducer
@@ -42,9 +47,9 @@ def plain_input(value: Any, *, not_after: float | None = None) -> Any:
         update = value.update
         if isinstance(update, Mapping):
             update = plain_input(update, not_after=not_after)
-        elif isinstance(update, list | tuple):
-            update = [(k, _checked(v, not_after) if k == "deadline" else v) for k, v in update]
-        else:
+        elif isinstance(update, list | tuple) and any(_sets_deadline(u) for u in update):
+            update = [(u[0], _checked(u[1], not_after)) if _sets_deadline(u) else u for u in update]
+        else:  # no deadline in it: a list state's own value, or a pydantic/dataclass update
             return value
         return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
     if isinstance(value, Mapping) and "deadline" in value:

@@ -6,14 +6,24 @@ them changes shape.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from typing import Any, Final
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import get_runtime
 
-__all__ = ["DRAIN_REASON", "PASSTHROUGH", "drain", "node_attempt", "runs_on_a_thread"]
+__all__ = [
+    "DRAIN_REASON",
+    "PASSTHROUGH",
+    "check_thread",
+    "defaults_to_compile",
+    "drain",
+    "node_attempt",
+    "runs_on_a_thread",
+]
 
 PASSTHROUGH: Final[tuple[type[BaseException], ...]] = (GraphBubbleUp,)
 """LangGraph's control-flow exceptions (interrupts, drains): a step lets them through untouched."""
@@ -62,3 +72,35 @@ def runs_on_a_thread(node: Any) -> bool:
         return False
     afunc = getattr(node, "afunc", None)
     return afunc is None or (isinstance(afunc, functools.partial) and func in afunc.args)
+
+
+_DEFAULT_ERROR_HANDLER: Final = "__default_error_handler__"
+"""The node `StateGraph.compile` adds for `set_node_defaults(error_handler=...)`."""
+
+
+def defaults_to_compile(builder: Any) -> Any:
+    """The node defaults (`set_node_defaults`) for compiling `builder` once more.
+
+    LangGraph 1.2's `compile` applies them to the builder itself: it adds the default error
+    handler as a node (and refuses to add it twice) and writes the defaults into the node specs.
+    A builder compiled already keeps its handler node; compiling it again must not add another.
+    """
+    defaults = builder._node_defaults
+    if defaults.error_handler is not None and _DEFAULT_ERROR_HANDLER in builder.nodes:
+        return dataclasses.replace(defaults, error_handler=None)
+    return defaults
+
+
+def check_thread(checkpointer: Any, config: Mapping[str, Any]) -> None:
+    """Refuse a run of a checkpointed graph whose config has no `configurable` keys, as LangGraph
+    1.2 does (`Pregel._defaults`): it checks the config it is given, in which the run's tracker
+    already rides, so the caller's config is checked here first, with LangGraph's words.
+
+    Raises:
+        ValueError: LangGraph's own error for a missing `thread_id`.
+    """
+    if isinstance(checkpointer, BaseCheckpointSaver) and not config.get("configurable"):
+        raise ValueError(
+            "Checkpointer requires one or more of the following 'configurable' "
+            "keys: thread_id, checkpoint_ns, checkpoint_id"
+        )

@@ -14,6 +14,7 @@ from .._core.validate import check_cap, check_fits, check_mapping, check_seconds
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
 from .routes import guard_branches
+from .seams import defaults_to_compile
 from .settings import GraphSettings, NodeSettings
 from .state import DeadlineChannel
 
@@ -134,10 +135,7 @@ def with_deadlines(
         for name, spec in builder.nodes.items()
     }
     wrapped.branches = guard_branches(builder.branches)  # type: ignore[assignment]
-    compiled = wrapped.compile(**compile_kwargs)
-    if isinstance(graph, CompiledStateGraph) and graph.config:
-        # What `.with_config(...)` gave the graph (create_agent: recursion_limit, metadata).
-        compiled = compiled.with_config(graph.config)
+    wrapped._node_defaults = defaults_to_compile(builder)
     has_fields = {"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels)
     settings = GraphSettings(
         timeout=timeout_s,
@@ -145,7 +143,11 @@ def with_deadlines(
         has_fields=has_fields,
         closing_message=closing_message,
     )
-    return DeadlineGraph.of(compiled, settings)
+    ours = DeadlineGraph.of(wrapped.compile(**compile_kwargs), settings)
+    if isinstance(graph, CompiledStateGraph) and graph.config:
+        # What `.with_config(...)` gave the graph (create_agent: recursion_limit, metadata).
+        ours = ours.with_config(graph.config)
+    return ours
 
 
 def _check_deadline_field(builder: StateGraph[Any, Any, Any, Any]) -> None:

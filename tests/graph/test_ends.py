@@ -47,8 +47,10 @@ async def test_a_run_whose_deadline_passed_before_it_started_runs_nothing_and_wr
     assert "before it started" in out["deadline_outcome"].reason
     assert out["log"] == ["asked"] and out["deadline_trace"] == []
     assert (await graph.aget_state(cfg)).values == {}  # the checkpoint was not touched
-    assert graph.invoke({"log": [], "deadline": past})["deadline_outcome"].step is None
-    assert [c async for c in graph.astream({"log": [], "deadline": past})] == []
+    assert graph.invoke({"log": [], "deadline": past}, cfg)["deadline_outcome"].step is None
+    assert [c async for c in graph.astream({"log": [], "deadline": past}, cfg)] == []
+    with pytest.raises(ValueError, match="thread_id"):  # LangGraph's own error, as unwrapped
+        graph.invoke({"log": [], "deadline": past})
 
 
 def test_without_deadline_fields_a_late_run_raises_with_the_outcome() -> None:
