@@ -87,6 +87,7 @@ class _Worker:
                 if keep:
                     _IDLE.append(self)
             job.finish()
+            del job  # idle, it holds nothing of its last job (its config, LangGraph's loop)
             if not keep:
                 return
 

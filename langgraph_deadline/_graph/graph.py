@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import anyio
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.graph import Graph
 from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Overwrite, StateUpdate
@@ -40,6 +42,7 @@ from .ends import (
     too_late,
 )
 from .inputs import plain_input
+from .node import unwrapped
 from .seams import DRAIN_REASON, check_thread
 from .settings import GraphSettings
 from .state import deadline_from_state, fresh_run_update
@@ -88,6 +91,23 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             if key in vars(source):
                 setattr(self, key, vars(source)[key])
         return self
+
+    def get_graph(self, config: RunnableConfig | None = None, *, xray: int | bool = False) -> Graph:
+        """LangGraph's drawing of the graph, with each node as the user gave it (not our
+        budgeted wrapper around it)."""
+        return super(DeadlineGraph, self._as_given()).get_graph(config, xray=xray)
+
+    async def aget_graph(
+        self, config: RunnableConfig | None = None, *, xray: int | bool = False
+    ) -> Graph:
+        return await super(DeadlineGraph, self._as_given()).aget_graph(config, xray=xray)
+
+    def _as_given(self) -> DeadlineGraph:
+        drawn = copy.copy(self)
+        drawn.nodes = {
+            name: node.copy({"bound": unwrapped(node.bound)}) for name, node in self.nodes.items()
+        }
+        return drawn
 
     @property
     def deadline_settings(self) -> GraphSettings:

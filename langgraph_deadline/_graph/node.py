@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar, overload
 
 from langchain_core.messages import ToolMessage
@@ -25,7 +25,7 @@ from .seams import runs_on_a_thread
 from .settings import NodeSettings
 from .step import NodeStep
 
-__all__ = ["budgeted", "is_budgeted", "wrap_node"]
+__all__ = ["budgeted", "is_budgeted", "unwrapped", "wrap_node"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _INJECTABLE = ("config", "runtime", "store", "writer", "previous")
@@ -107,6 +107,11 @@ def budgeted(
 def is_budgeted(node: object) -> bool:
     """True for a node this library already wrapped (it keeps its own budget)."""
     return bool(getattr(node, _MARK, False))
+
+
+def unwrapped(node: Any) -> Any:
+    """The node as the user gave it, when `with_deadlines` wrapped it as a Runnable."""
+    return node._runnable if isinstance(node, _BudgetedRunnable) else node
 
 
 def wrap_node(node: Any, settings: NodeSettings, name: str | None) -> Any:
@@ -233,6 +238,18 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return self._body(input, config or {})
+
+    def stream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
+        # As a Runnable streams by default, with no run of its own (LangGraph streams a node's
+        # first step): the wrapped node traces itself, as it would bare.
+        yield self._body(input, config or {})
+
+    async def astream(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        yield await self.ainvoke(input, config)
 
     def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any

@@ -10,6 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 
 from .._core.observe import RunEvent, StepEvent, TokensEvent, run_fields, step_fields
+from .._core.records import StepStatus
 
 __all__ = ["RUN_EVENT", "STEP_EVENT", "TOKENS_EVENT", "CallbacksObserver"]
 
@@ -26,6 +27,10 @@ class CallbacksObserver:
     that is current where the step ended: a node's, a tool's. Tokens a model streamed after its
     deadline go as `"langgraph_deadline.tokens_after_deadline"` (`step`, `tokens`, `run_id`).
 
+    `completed=False` (the default set's) leaves out steps and runs that completed: a run with
+    time to spare then sends the user's callback handlers nothing they did not ask for, as an
+    unwrapped graph would; only what went wrong (a cut, a skip, a run that ended early) is sent.
+
     The data is a plain dict of names and numbers (see `step_fields`). Dispatch is synchronous,
     from sync code, async code and threads alike: sync handlers run inline, async handlers run
     to completion on LangChain's callback thread (as `dispatch_custom_event` does from sync
@@ -34,13 +39,22 @@ class CallbacksObserver:
     parent run to attach the event to, and nothing is sent. Never raises.
     """
 
-    __slots__ = ()
+    __slots__ = ("_completed",)
+
+    def __init__(self, *, completed: bool = True) -> None:
+        if not isinstance(completed, bool):
+            raise TypeError(f"completed must be a bool, got {completed!r}")
+        self._completed = completed
 
     def on_step(self, event: StepEvent) -> None:
+        if not self._completed and event.record.status is StepStatus.COMPLETED:
+            return
         if (config := _listening()) is not None:
             _dispatch(STEP_EVENT, step_fields(event), config)
 
     def on_run(self, event: RunEvent) -> None:
+        if not self._completed and event.outcome.ok:
+            return
         if (config := _listening()) is not None:
             _dispatch(RUN_EVENT, run_fields(event), config)
 
@@ -50,7 +64,7 @@ class CallbacksObserver:
             _dispatch(TOKENS_EVENT, data, config)
 
     def __repr__(self) -> str:
-        return "CallbacksObserver()"
+        return "CallbacksObserver()" if self._completed else "CallbacksObserver(completed=False)"
 
 
 def _listening() -> RunnableConfig | None:

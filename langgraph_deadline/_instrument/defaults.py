@@ -37,17 +37,21 @@ _BACKENDS: Final[dict[str, tuple[Callable[[], Observer], str]]] = {
 def default_observers() -> tuple[Observer, ...]:
     """LangChain callbacks, plus the backends named in `LANGGRAPH_DEADLINE_INSTRUMENT`.
 
+    The callbacks send only what did not complete (`CallbacksObserver(completed=False)`), unless
+    `callbacks` is named: a graph with time to spare sends its handlers nothing new.
+
     OpenTelemetry and Prometheus are opt-in even when installed: creating spans and registering
     metrics in the global registry of an application that did not ask for them would surprise
     it. A named backend that is not installed, or an unknown name, is logged and left out.
     """
     names = [n.strip().lower() for n in os.environ.get(INSTRUMENT_ENV, "").split(",")]
+    explicit = set(names)
     names = [n for n in dict.fromkeys(names) if n and n != "callbacks"]
     if {"off", "none"} & set(names):
         return ()
     from .callbacks import CallbacksObserver
 
-    found: list[Observer] = [CallbacksObserver()]
+    found: list[Observer] = [CallbacksObserver(completed="callbacks" in explicit)]
     started: set[str] = set()
     for name in names:
         backend = _BACKENDS.get(name)

@@ -290,3 +290,15 @@ async def test_off_switch_sends_no_custom_events() -> None:
     out = await graph.ainvoke({"log": []}, {"callbacks": [collector]})
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     assert collector.events == []
+
+
+@pytest.mark.anyio
+async def test_the_default_callbacks_send_only_what_did_not_complete() -> None:
+    set_observers(None)  # the defaults: CallbacksObserver(completed=False)
+    graph = with_deadlines(_agent_graph(), timeout=TIMEOUT)
+    seen = []
+    async for event in graph.astream_events({"messages": [HumanMessage(USER_TEXT)]}):
+        if event["event"] == "on_custom_event":
+            data: Any = event["data"]
+            seen.append((event["name"], data["name"], data["status"]))
+    assert seen == [(STEP_EVENT, "slow", "timed_out")]  # the completed steps send nothing
