@@ -3,6 +3,7 @@ later, at the first request or when a timeout fires, and never read as something
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -12,6 +13,7 @@ from langchain_core.tools import tool
 from langgraph.graph import START, StateGraph
 
 from langgraph_deadline import (
+    Deadline,
     DeadlineState,
     budgeted,
     deadline_scope,
@@ -101,6 +103,12 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: deadline_tools([lookup], read_only="lookup"),
         TypeError,
         "read_only",
+    ),
+    (
+        "a Deadline built from NaN readings",
+        lambda: Deadline(monotonic=math.nan, wall=math.nan),
+        ValueError,
+        "monotonic must be a finite number",
     ),
     ("terminal_of a string", lambda: terminal_of("x"), TypeError, "terminal_of"),  # type: ignore[arg-type]
     ("a scope name that is not a string", lambda: deadline_scope(1.0, name=5), TypeError, "name"),  # type: ignore[arg-type]
