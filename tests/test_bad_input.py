@@ -23,6 +23,7 @@ from langgraph_deadline import (
     with_deadlines,
 )
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.asgi import DeadlineASGIMiddleware
 
 
 class State(DeadlineState):
@@ -34,6 +35,10 @@ def _builder() -> StateGraph[Any, Any, Any, Any]:
     b.add_node("a", lambda s: {"log": ["a"]})
     b.add_edge(START, "a")
     return b
+
+
+async def _asgi_app(scope: Any, receive: Any, send: Any) -> None:
+    """An ASGI app that is never called: the middleware is refused first."""
 
 
 @tool
@@ -65,7 +70,7 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "budgeted min_viable above its cap",
         lambda: budgeted(lambda s: s, cap=1.0, min_viable=5.0),
         ValueError,
-        "min_viable",
+        r"min_viable \(5 s\) is more than cap \(1 s\)",
     ),
     ("budgeted name not a string", lambda: budgeted(lambda s: s, name=5), TypeError, "name"),  # type: ignore[call-overload]
     (
@@ -109,6 +114,20 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: Deadline(monotonic=math.nan, wall=math.nan),
         ValueError,
         "monotonic must be a finite number",
+    ),
+    (
+        "an ASGI reserve that takes the whole max_timeout",
+        lambda: DeadlineASGIMiddleware(_asgi_app, max_timeout=1.0, reserve=2.0),
+        ValueError,
+        "reserve .* must be less than max_timeout",
+    ),
+    (
+        "an ASGI reserve that takes the whole default_timeout",
+        lambda: DeadlineASGIMiddleware(
+            _asgi_app, max_timeout=10.0, default_timeout=1.0, reserve=1.0
+        ),
+        ValueError,
+        "reserve .* must be less than default_timeout",
     ),
     ("terminal_of a string", lambda: terminal_of("x"), TypeError, "terminal_of"),  # type: ignore[arg-type]
     ("a scope name that is not a string", lambda: deadline_scope(1.0, name=5), TypeError, "name"),  # type: ignore[arg-type]
