@@ -129,6 +129,66 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         ValueError,
         "reserve .* must be less than default_timeout",
     ),
+    (
+        "deadline_tools' default negative",
+        lambda: deadline_tools([lookup], default=-1),
+        ValueError,
+        r"^default must be >= 0 seconds",
+    ),
+    (
+        "deadline_tools' cap negative",
+        lambda: deadline_tools([lookup], caps={"lookup": -1}),
+        ValueError,
+        r"^caps\['lookup'\] must be >= 0 seconds",
+    ),
+    (
+        "deadline_tools' default a string, with no tools",
+        lambda: deadline_tools([], default="x"),  # type: ignore[arg-type]
+        TypeError,
+        "^default must be a number of seconds",
+    ),
+    (
+        "deadline_tools' cap NaN, with no tools",
+        lambda: deadline_tools([], caps={"lookup": math.nan}),
+        ValueError,
+        r"^caps\['lookup'\] must be a finite number",
+    ),
+    (
+        "deadline_tools' cache not a cache, with no tools",
+        lambda: deadline_tools([], cache=5),  # type: ignore[arg-type]
+        TypeError,
+        "^cache must be a StaleCache",
+    ),
+    (
+        "deadline_tools' cache namespace a number, with no tools",
+        lambda: deadline_tools([], cache_namespace=5),  # type: ignore[arg-type]
+        TypeError,
+        "^cache_namespace must be",
+    ),
+    (
+        "deadline_tools given one tool, not a list",
+        lambda: deadline_tools(lookup),  # type: ignore[arg-type]
+        TypeError,
+        "^tools must be a list",
+    ),
+    (
+        "deadline_tools given a number among the tools",
+        lambda: deadline_tools([lookup, 5]),  # type: ignore[list-item]
+        TypeError,
+        r"^tools\[1\] must be a tool or a function",
+    ),
+    (
+        "deadline_tool of a number",
+        lambda: deadline_tool(5),  # type: ignore[call-overload]
+        TypeError,
+        "^deadline_tool takes a function, an existing tool",
+    ),
+    (
+        "deadline_tool with a runnable that is not one",
+        lambda: deadline_tool("lookup", 5),  # type: ignore[call-overload]
+        TypeError,
+        "^deadline_tool's runnable must be a Runnable",
+    ),
     ("terminal_of a string", lambda: terminal_of("x"), TypeError, "terminal_of"),  # type: ignore[arg-type]
     ("a scope name that is not a string", lambda: deadline_scope(1.0, name=5), TypeError, "name"),  # type: ignore[arg-type]
     (
