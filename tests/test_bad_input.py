@@ -24,6 +24,7 @@ from langgraph_deadline import (
 )
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.asgi import DeadlineASGIMiddleware
+from langgraph_deadline.http import from_headers
 
 
 class State(DeadlineState):
@@ -188,6 +189,12 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: deadline_tool("lookup", 5),  # type: ignore[call-overload]
         TypeError,
         "^deadline_tool's runnable must be a Runnable",
+    ),
+    (
+        "a malformed deadline header of ours beside a header that is not ours",
+        lambda: from_headers({"x-€": "1", "X-Request-Timeout-Ms": "5€"}),
+        ValueError,
+        "x-request-timeout-ms",
     ),
     ("terminal_of a string", lambda: terminal_of("x"), TypeError, "terminal_of"),  # type: ignore[arg-type]
     ("a scope name that is not a string", lambda: deadline_scope(1.0, name=5), TypeError, "name"),  # type: ignore[arg-type]
