@@ -90,7 +90,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return existing, input, cfg
         settings = self._lgd_settings
         limit = ceiling(settings.timeout)  # nothing the caller sends is later than this
-        input = entry_input(input, limit)
+        input = entry_input(input, limit, fields=settings.has_fields)
         given = None if _a_result(input) else deadline_given(input)
         if self._resuming(input):
             d = earliest(given, current_deadline())  # and the thread's: see `_resumed`

@@ -101,11 +101,25 @@ def plain_input(
     return value
 
 
-def entry_input(value: Any, limit: Deadline | None) -> Any:
+def entry_input(value: Any, limit: Deadline | None, *, fields: bool) -> Any:
     """A run's input (a state, a `Command`) as the run starts from it: a state instance as
     a dict (so that a new run clears the last one's outcome, whatever form its input takes),
-    every deadline in it plain epoch seconds and none later than `limit`."""
-    return plain_input(as_update(value), limit=limit)
+    every deadline in it plain epoch seconds and none later than `limit`.
+
+    With the deadline `fields`, a `Command` that sets no deadline sets `limit` (earliest wins:
+    a paused run keeps its own), so that a thread a `Command` started records the deadline its
+    run has, and a later resume does not take `timeout` afresh."""
+    value = plain_input(as_update(value), limit=limit)
+    if not (fields and limit is not None and isinstance(value, Command)):
+        return value
+    update = {} if value.update is None else value.update
+    if isinstance(update, Mapping) and "deadline" not in update:
+        update = {**update, "deadline": limit.timestamp}
+    elif isinstance(update, list | tuple) and all(k != "deadline" for k, _ in update):
+        update = [*update, ("deadline", limit.timestamp)]
+    else:
+        return value
+    return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
 
 
 def sets_deadline(supersteps: Iterable[Sequence[Any]]) -> bool:

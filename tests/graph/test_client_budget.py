@@ -122,6 +122,26 @@ def test_a_resume_cannot_clear_or_push_back_the_deadline(saver: Any, later: Any)
     assert out["deadline"] - time.time() <= TIMEOUT
 
 
+def test_a_thread_a_command_started_keeps_one_deadline_across_resumes(saver: Any) -> None:
+    def twice(state: State) -> dict[str, Any]:
+        first, second = interrupt("one?"), interrupt("two?")
+        return {"text": f"{first} {second}"}
+
+    b = StateGraph(State)
+    b.add_node("ask", twice)
+    b.add_edge(START, "ask")
+    b.add_edge("ask", END)
+    graph = with_deadlines(b, timeout=0.6, checkpointer=saver)
+    cfg = _thread()
+    graph.invoke(Command(update={"text": "x"}), cfg)  # no deadline sent: the run's is kept
+    assert _stored(graph, cfg) <= 0.6
+    time.sleep(0.35)
+    assert "__interrupt__" in graph.invoke(Command(resume="a"), cfg)
+    time.sleep(0.35)
+    out = graph.invoke(Command(resume="b"), cfg)  # 0.7 s after the start: not 0.6 s afresh
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+
+
 def test_a_grant_on_resume_gives_a_fresh_budget_within_the_timeout(saver: Any) -> None:
     graph = with_deadlines(_asking(), timeout=TIMEOUT, checkpointer=saver)
     cfg = _thread()

@@ -103,6 +103,6 @@ def test_plain_input_brings_every_deadline_back_to_the_limit_a_grant_and_none_in
 
 def test_entry_input_reads_a_resume_command_as_a_command_not_as_a_state() -> None:
     resume = Command(resume="y", update={"deadline": 10.0})
-    entered = entry_input(resume, Deadline._at(5.0, SYSTEM_CLOCK))
+    entered = entry_input(resume, Deadline._at(5.0, SYSTEM_CLOCK), fields=True)
     assert isinstance(entered, Command) and entered.resume == "y"
     assert entered.update == {"deadline": 5.0}
