@@ -3,6 +3,7 @@ later, at the first request or when a timeout fires, and never read as something
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -12,6 +13,7 @@ from langchain_core.tools import tool
 from langgraph.graph import START, StateGraph
 
 from langgraph_deadline import (
+    Deadline,
     DeadlineState,
     budgeted,
     deadline_scope,
@@ -21,6 +23,8 @@ from langgraph_deadline import (
     with_deadlines,
 )
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.asgi import DeadlineASGIMiddleware
+from langgraph_deadline.http import from_headers
 
 
 class State(DeadlineState):
@@ -32,6 +36,10 @@ def _builder() -> StateGraph[Any, Any, Any, Any]:
     b.add_node("a", lambda s: {"log": ["a"]})
     b.add_edge(START, "a")
     return b
+
+
+async def _asgi_app(scope: Any, receive: Any, send: Any) -> None:
+    """An ASGI app that is never called: the middleware is refused first."""
 
 
 @tool
@@ -63,7 +71,7 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "budgeted min_viable above its cap",
         lambda: budgeted(lambda s: s, cap=1.0, min_viable=5.0),
         ValueError,
-        "min_viable",
+        r"min_viable \(5 s\) is more than cap \(1 s\)",
     ),
     ("budgeted name not a string", lambda: budgeted(lambda s: s, name=5), TypeError, "name"),  # type: ignore[call-overload]
     (
@@ -101,6 +109,92 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: deadline_tools([lookup], read_only="lookup"),
         TypeError,
         "read_only",
+    ),
+    (
+        "a Deadline built from NaN readings",
+        lambda: Deadline(monotonic=math.nan, wall=math.nan),
+        ValueError,
+        "monotonic must be a finite number",
+    ),
+    (
+        "an ASGI reserve that takes the whole max_timeout",
+        lambda: DeadlineASGIMiddleware(_asgi_app, max_timeout=1.0, reserve=2.0),
+        ValueError,
+        "reserve .* must be less than max_timeout",
+    ),
+    (
+        "an ASGI reserve that takes the whole default_timeout",
+        lambda: DeadlineASGIMiddleware(
+            _asgi_app, max_timeout=10.0, default_timeout=1.0, reserve=1.0
+        ),
+        ValueError,
+        "reserve .* must be less than default_timeout",
+    ),
+    (
+        "deadline_tools' default negative",
+        lambda: deadline_tools([lookup], default=-1),
+        ValueError,
+        r"^default must be >= 0 seconds",
+    ),
+    (
+        "deadline_tools' cap negative",
+        lambda: deadline_tools([lookup], caps={"lookup": -1}),
+        ValueError,
+        r"^caps\['lookup'\] must be >= 0 seconds",
+    ),
+    (
+        "deadline_tools' default a string, with no tools",
+        lambda: deadline_tools([], default="x"),  # type: ignore[arg-type]
+        TypeError,
+        "^default must be a number of seconds",
+    ),
+    (
+        "deadline_tools' cap NaN, with no tools",
+        lambda: deadline_tools([], caps={"lookup": math.nan}),
+        ValueError,
+        r"^caps\['lookup'\] must be a finite number",
+    ),
+    (
+        "deadline_tools' cache not a cache, with no tools",
+        lambda: deadline_tools([], cache=5),  # type: ignore[arg-type]
+        TypeError,
+        "^cache must be a StaleCache",
+    ),
+    (
+        "deadline_tools' cache namespace a number, with no tools",
+        lambda: deadline_tools([], cache_namespace=5),  # type: ignore[arg-type]
+        TypeError,
+        "^cache_namespace must be",
+    ),
+    (
+        "deadline_tools given one tool, not a list",
+        lambda: deadline_tools(lookup),  # type: ignore[arg-type]
+        TypeError,
+        "^tools must be a list",
+    ),
+    (
+        "deadline_tools given a number among the tools",
+        lambda: deadline_tools([lookup, 5]),  # type: ignore[list-item]
+        TypeError,
+        r"^tools\[1\] must be a tool or a function",
+    ),
+    (
+        "deadline_tool of a number",
+        lambda: deadline_tool(5),  # type: ignore[call-overload]
+        TypeError,
+        "^deadline_tool takes a function, an existing tool",
+    ),
+    (
+        "deadline_tool with a runnable that is not one",
+        lambda: deadline_tool("lookup", 5),  # type: ignore[call-overload]
+        TypeError,
+        "^deadline_tool's runnable must be a Runnable",
+    ),
+    (
+        "a malformed deadline header of ours beside a header that is not ours",
+        lambda: from_headers({"x-€": "1", "X-Request-Timeout-Ms": "5€"}),
+        ValueError,
+        "x-request-timeout-ms",
     ),
     ("terminal_of a string", lambda: terminal_of("x"), TypeError, "terminal_of"),  # type: ignore[arg-type]
     ("a scope name that is not a string", lambda: deadline_scope(1.0, name=5), TypeError, "name"),  # type: ignore[arg-type]

@@ -10,6 +10,8 @@ from .validate import MAX_SECONDS, check_cap, check_number, check_seconds, show
 
 __all__ = ["MIN_TIMESTAMP", "Deadline", "earliest"]
 
+_set = object.__setattr__
+
 # 2000-01-01 UTC. An earlier "absolute" deadline is a duration passed as a timestamp
 # (`Deadline.at(5)`), not a moment anyone means.
 MIN_TIMESTAMP: Final = 946_684_800.0
@@ -37,10 +39,26 @@ class Deadline:
     _clock: Clock
 
     def __init__(self, *, monotonic: float, wall: float, clock: Clock = SYSTEM_CLOCK) -> None:
-        # Private constructor: use Deadline.after() or Deadline.at().
-        object.__setattr__(self, "_mono", monotonic)
-        object.__setattr__(self, "_wall", wall)
+        """Not for users: use `Deadline.after()` or `Deadline.at()`, which read the clock.
+
+        Builds a deadline from two readings of one instant on `clock`. Both must be finite: a
+        NaN would never expire, yet leave no time (`remaining()` 0).
+
+        Raises:
+            TypeError, ValueError: a reading is not a finite number.
+        """
+        object.__setattr__(self, "_mono", check_number(monotonic, "monotonic", "a clock reading"))
+        object.__setattr__(self, "_wall", check_number(wall, "wall", "epoch seconds"))
         object.__setattr__(self, "_clock", clock)
+
+    @classmethod
+    def _of(cls, monotonic: float, wall: float, clock: Clock) -> Deadline:
+        """A deadline from readings this library computed itself, unchecked (the hot path)."""
+        d = object.__new__(cls)
+        _set(d, "_mono", monotonic)
+        _set(d, "_wall", wall)
+        _set(d, "_clock", clock)
+        return d
 
     # -- constructors ---------------------------------------------------------------------------
 
@@ -54,7 +72,7 @@ class Deadline:
         """
         secs = check_seconds(seconds, "seconds")
         clk = SYSTEM_CLOCK if clock is None else clock
-        return cls(monotonic=clk.monotonic() + secs, wall=clk.time() + secs, clock=clk)
+        return cls._of(clk.monotonic() + secs, clk.time() + secs, clk)
 
     @classmethod
     def at(cls, timestamp: float | _dt.datetime, *, clock: Clock | None = None) -> Deadline:
@@ -88,23 +106,21 @@ class Deadline:
                 f"timestamp must be at most 100 years from now, got {show(timestamp)} "
                 "(milliseconds passed as seconds?)"
             )
-        return cls(monotonic=clk.monotonic() + (wall - now), wall=wall, clock=clk)
+        return cls._of(clk.monotonic() + (wall - now), wall, clk)
 
     @classmethod
     def _after(cls, seconds: float, clock: Clock) -> Deadline:
         """`after` without argument checks, for values this library computed itself (hot path)."""
-        return cls(monotonic=clock.monotonic() + seconds, wall=clock.time() + seconds, clock=clock)
+        return cls._of(clock.monotonic() + seconds, clock.time() + seconds, clock)
 
     @classmethod
     def _at(cls, wall: float, clock: Clock) -> Deadline:
         """`at` without argument checks, for epoch seconds read back from our own state field."""
-        return cls(monotonic=clock.monotonic() + (wall - clock.time()), wall=wall, clock=clock)
+        return cls._of(clock.monotonic() + (wall - clock.time()), wall, clock)
 
     def _moved(self, seconds: float) -> Deadline:
         """This deadline moved by `seconds` (negative: earlier), for budgets computed here."""
-        return Deadline(
-            monotonic=self._mono + seconds, wall=self._wall + seconds, clock=self._clock
-        )
+        return Deadline._of(self._mono + seconds, self._wall + seconds, self._clock)
 
     # -- readings -------------------------------------------------------------------------------
 

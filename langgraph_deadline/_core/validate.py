@@ -132,9 +132,17 @@ def check_mapping(value: object, name: str) -> Mapping[Any, Any]:
     return value
 
 
-def check_fits(timeout: float | None, *, reserve: float, needs: Mapping[str, float]) -> None:
+def check_fits(
+    timeout: float | None,
+    *,
+    reserve: float,
+    needs: Mapping[str, float],
+    name: str = "timeout",
+    reserve_name: str = "reserve",
+) -> None:
     """Refuse settings under which every run would fail at once: a `reserve` that takes the
-    whole `timeout`, or a step that needs more than the `timeout` to start.
+    whole `timeout`, or a step that needs more than the `timeout` to start. `name` and
+    `reserve_name` are the arguments as the user wrote them (`max_timeout`, `cap`).
 
     Raises:
         ValueError: naming the setting that cannot fit.
@@ -143,10 +151,12 @@ def check_fits(timeout: float | None, *, reserve: float, needs: Mapping[str, flo
         return
     if reserve >= timeout > 0:
         raise ValueError(
-            f"reserve ({reserve} s) must be less than timeout ({timeout} s): no step could run"
+            f"{reserve_name} ({reserve:g} s) must be less than {name} ({timeout:g} s): "
+            "no step could run"
         )
-    for name, need in needs.items():
+    for need_name, need in needs.items():
         if need > timeout:
             raise ValueError(
-                f"{name} ({need} s) is more than timeout ({timeout} s): it could never start"
+                f"{need_name} ({need:g} s) is more than {name} ({timeout:g} s): "
+                "it could never start"
             )

@@ -20,7 +20,6 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, Overwrite, StateUpdate
 
 from .._core.alarm import RunAlarm
-from .._core.clock import SYSTEM_CLOCK
 from .._core.context import current_deadline
 from .._core.cut import Cut
 from .._core.deadline import Deadline, earliest
@@ -41,7 +40,7 @@ from .ends import (
     saver,
     too_late,
 )
-from .inputs import plain_input
+from .inputs import ceiling, entry_input, plain_steps, sets_deadline
 from .node import unwrapped
 from .seams import DRAIN_REASON, check_thread
 from .settings import GraphSettings
@@ -127,14 +126,13 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return existing, input, cfg
         check_thread(self.checkpointer, cfg)
         settings = self._lgd_settings
-        input = plain_input(input)
+        limit = ceiling(settings.timeout)  # nothing the caller sends is later than this
+        input = entry_input(input, limit, fields=settings.has_fields)
         given = None if _a_result(input) else deadline_given(input)
         if self._resuming(input):
             d = earliest(given, current_deadline())  # and the thread's: see `_resumed`
         else:
-            t = settings.timeout  # checked by with_deadlines
-            timeout = None if t is None else Deadline._after(t, SYSTEM_CLOCK)
-            d = earliest(given, current_deadline(), timeout)
+            d = earliest(given, limit)
             if settings.has_fields and isinstance(input, Mapping):
                 input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
         run = RunTracker(deadline=d, reserve=settings.reserve, resumable=self._has_thread(cfg))
@@ -199,17 +197,21 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
         """Like LangGraph's; a deadline in the updates can only bring the thread's forward
-        (`deadline_input` grants a new one explicitly)."""
+        (`deadline_input` grants a new one explicitly), and none is later than `timeout` from
+        now (or the deadline in context)."""
         steps = list(supersteps)
-        now = _deadline_of(self.get_state(config)) if _sets_deadline(steps) else None
-        return super().bulk_update_state(config, _plain_steps(steps, now))
+        now = _deadline_of(self.get_state(config)) if sets_deadline(steps) else None
+        limit = ceiling(self._lgd_settings.timeout)
+        return super().bulk_update_state(config, plain_steps(steps, not_after=now, limit=limit))
 
     async def abulk_update_state(
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
         steps = list(supersteps)
-        now = _deadline_of(await self.aget_state(config)) if _sets_deadline(steps) else None
-        return await super().abulk_update_state(config, _plain_steps(steps, now))
+        now = _deadline_of(await self.aget_state(config)) if sets_deadline(steps) else None
+        limit = ceiling(self._lgd_settings.timeout)
+        plain = plain_steps(steps, not_after=now, limit=limit)
+        return await super().abulk_update_state(config, plain)
 
     # -- streaming ----------------------------------------------------------------------------
 
@@ -421,22 +423,9 @@ def _a_result(input: Any) -> bool:
     return isinstance(input, Mapping) and input.get("deadline_outcome") is not None
 
 
-def _sets_deadline(supersteps: list[Any]) -> bool:
-    return any(deadline_given(u.values) is not None for step in supersteps for u in step)
-
-
 def _deadline_of(snapshot: Any) -> float | None:
     d = deadline_from_state(getattr(snapshot, "values", None))
     return None if d is None else d.timestamp
-
-
-def _plain_steps(supersteps: list[Any], not_after: float | None) -> list[list[Any]]:
-    """`bulk_update_state`'s supersteps (of `StateUpdate`s) with every deadline as plain data,
-    none later than `not_after`."""
-    return [
-        [u._replace(values=plain_input(u.values, not_after=not_after)) for u in step]
-        for step in supersteps
-    ]
 
 
 def _reraise_with_state(exc: DeadlineExceeded, run: RunTracker) -> None:

@@ -1,28 +1,48 @@
-"""What a run's input or a state update may carry in `deadline`: a `Deadline`, epoch seconds or
-None, stored as plain epoch seconds; anything else is refused at the entry, naming the field."""
+"""What enters a run from outside may carry in `deadline`, and how late it may be.
+
+A run's input, a resume `Command` and a state update may set the deadline: a `Deadline`, epoch
+seconds or None, stored as plain epoch seconds; anything else is refused at the entry, naming
+the field. What a caller sets is never later than the graph allows (`ceiling`: its `timeout`
+from now, and the deadline in context), an explicit grant (`deadline_input`, an `Overwrite`)
+included: a client of a served graph can shorten its budget, never lengthen it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langgraph.types import Command, Overwrite
+from pydantic import BaseModel
 
-from .._core.deadline import Deadline
+from .._core.clock import SYSTEM_CLOCK
+from .._core.context import current_deadline
+from .._core.deadline import Deadline, earliest
 from .._core.validate import check_timestamp
 
-__all__ = ["plain_input"]
+__all__ = ["as_update", "ceiling", "entry_input", "plain_input", "plain_steps", "sets_deadline"]
 
 
-def _checked(value: Any, not_after: float | None = None) -> Any:
-    if isinstance(value, Overwrite):
-        return Overwrite(_checked(value.value))
+def ceiling(timeout: float | None) -> Deadline | None:
+    """The latest deadline anything entering a run now may set: `timeout` (checked by
+    `with_deadlines`) from now, and no later than the deadline in context; None for no limit."""
+    limit = None if timeout is None else Deadline._after(timeout, SYSTEM_CLOCK)
+    return earliest(limit, current_deadline())
+
+
+def _checked(value: Any, not_after: float | None, limit: float | None) -> Any:
+    if isinstance(value, Overwrite):  # a grant: it may replace the thread's, within `limit`
+        return Overwrite(_checked(value.value, None, limit))
     if value is None:
-        return None
+        return limit  # no deadline is later than any: with a limit, it is the limit
     if isinstance(value, Deadline):
         value = value.timestamp
     seconds = check_timestamp(value, "the state field 'deadline'")
-    return seconds if not_after is None else min(seconds, not_after)
+    for bound in (not_after, limit):
+        if bound is not None and bound < seconds:
+            seconds = bound
+    return seconds
 
 
 def _sets_deadline(item: Any) -> bool:
@@ -30,28 +50,110 @@ def _sets_deadline(item: Any) -> bool:
     return type(item) is tuple and len(item) == 2 and item[0] == "deadline"
 
 
-def plain_input(value: Any, *, not_after: float | None = None) -> Any:
+def as_update(value: Any) -> Any:
+    """A pydantic or dataclass state instance as the dict of the fields LangGraph writes for
+    it (a dataclass's every field; a model's set, or not None, or defaulting to not None), so
+    that it is read, checked and started like the same input given as a dict. Other values
+    are returned as they are."""
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        kept = value.model_fields_set
+        return {
+            k: v
+            for k, info in fields.items()
+            if (v := getattr(value, k)) is not None or info.default is not None or k in kept
+        }
+    if (
+        dataclasses.is_dataclass(value)
+        and not isinstance(value, type)
+        and not isinstance(value, Command)  # a dataclass too, and a resume
+    ):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return value
+
+
+def plain_input(
+    value: Any, *, not_after: float | None = None, limit: Deadline | float | None = None
+) -> Any:
     """`value` (a run's input, a `Command`, or a state update) with its `deadline` as plain
     epoch seconds, so that LangGraph can checkpoint it as it is (it does so before any reducer
-    runs). Other values are returned as they are. With `not_after`, a deadline (other than an
-    explicit `Overwrite`) later than it is brought back to it.
+    runs). Other values are returned as they are.
+
+    A deadline later than `limit` (the latest the graph allows, see `ceiling`) is brought back
+    to it, an explicit grant (`Overwrite`) too, and None (no deadline) becomes it; one later
+    than `not_after` (the thread's own, which an update may only bring forward) is brought
+    back to that, except a grant.
 
     Raises:
         TypeError, ValueError: the `deadline` is not a `Deadline`, None or finite epoch seconds.
     """
+    top = limit.timestamp if isinstance(limit, Deadline) else limit
     if type(value) is dict:  # a node's update, the usual case
         if "deadline" not in value:
             return value
-        return {**value, "deadline": _checked(value["deadline"], not_after)}
+        return {**value, "deadline": _checked(value["deadline"], not_after, top)}
     if isinstance(value, Command):
-        update = value.update
+        update = as_update(value.update)
         if isinstance(update, Mapping):
-            update = plain_input(update, not_after=not_after)
+            update = plain_input(update, not_after=not_after, limit=top)
         elif isinstance(update, list | tuple) and any(_sets_deadline(u) for u in update):
-            update = [(u[0], _checked(u[1], not_after)) if _sets_deadline(u) else u for u in update]
-        else:  # no deadline in it: a list state's own value, or a pydantic/dataclass update
+            update = [
+                (u[0], _checked(u[1], not_after, top)) if _sets_deadline(u) else u for u in update
+            ]
+        else:  # no deadline in it: a list state's own value, or an update of another kind
             return value
         return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
     if isinstance(value, Mapping) and "deadline" in value:
-        return {**value, "deadline": _checked(value["deadline"], not_after)}
+        return {**value, "deadline": _checked(value["deadline"], not_after, top)}
     return value
+
+
+def entry_input(value: Any, limit: Deadline | None, *, fields: bool) -> Any:
+    """A run's input (a state, a `Command`) as the run starts from it: a state instance as
+    a dict (so that a new run clears the last one's outcome, whatever form its input takes),
+    every deadline in it plain epoch seconds and none later than `limit`.
+
+    With the deadline `fields`, a `Command` that sets no deadline sets `limit` (earliest wins:
+    a paused run keeps its own), so that a thread a `Command` started records the deadline its
+    run has, and a later resume does not take `timeout` afresh."""
+    value = plain_input(as_update(value), limit=limit)
+    if not (fields and limit is not None and isinstance(value, Command)):
+        return value
+    update = {} if value.update is None else value.update
+    if isinstance(update, Mapping) and "deadline" not in update:
+        update = {**update, "deadline": limit.timestamp}
+    elif isinstance(update, list | tuple) and all(k != "deadline" for k, _ in update):
+        update = [*update, ("deadline", limit.timestamp)]
+    else:
+        return value
+    return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
+
+
+def sets_deadline(supersteps: Iterable[Sequence[Any]]) -> bool:
+    """True when a `StateUpdate` in `supersteps` writes the `deadline` field."""
+    for step in supersteps:
+        for u in step:
+            values = as_update(u.values)
+            if isinstance(values, Command):
+                values = as_update(values.update)
+            if isinstance(values, Mapping) and "deadline" in values:
+                return True
+            if isinstance(values, list | tuple) and any(
+                isinstance(kv, tuple) and kv[:1] == ("deadline",) for kv in values
+            ):
+                return True
+    return False
+
+
+def plain_steps(
+    supersteps: Iterable[Sequence[Any]], *, not_after: float | None, limit: Deadline | None
+) -> list[list[Any]]:
+    """`bulk_update_state`'s supersteps (of `StateUpdate`s) with state instances as dicts and
+    every deadline as plain data, none later than `limit`, nor (unless a grant) `not_after`."""
+    return [
+        [
+            u._replace(values=plain_input(as_update(u.values), not_after=not_after, limit=limit))
+            for u in step
+        ]
+        for step in supersteps
+    ]

@@ -98,7 +98,7 @@ def budgeted(
     )
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a string, got {type(name).__name__}: {name!r}")
-    check_fits(settings.cap, reserve=0.0, needs={"min_viable": settings.min_viable})
+    check_fits(settings.cap, reserve=0.0, needs={"min_viable": settings.min_viable}, name="cap")
     if node is None:
         return lambda fn: wrap_node(fn, settings, name)
     return wrap_node(node, settings, name)

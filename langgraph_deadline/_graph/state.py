@@ -206,7 +206,7 @@ class DeadlineState(TypedDict, total=False):
     - `deadline`: epoch seconds (absolute: survives checkpoints and processes). Give a run its
       deadline in its input (a `Deadline` or epoch seconds): within the run, and on resume,
       earliest wins, so updates can only bring it forward; once the run finished, the next
-      run's deadline replaces it. `deadline_input` replaces it explicitly.
+      run's deadline replaces it. `deadline_input` replaces it explicitly (within `timeout`).
     - `deadline_outcome`: the run's `Outcome`, once it has one. The first terminal is kept.
     - `deadline_trace`: the `StepRecord` of every budgeted step, appended (a node that nothing
       bounded, in a run with no deadline, adds one only when it does not complete).
@@ -253,8 +253,8 @@ def deadline_input(deadline: Deadline | float) -> dict[str, Any]:
     """The state update that starts a new run with `deadline` (a `Deadline` or seconds from now).
 
     It replaces the thread's previous deadline and clears its outcome and trace, so a second run
-    on the same checkpointed thread gets its own fresh budget: `graph.invoke({**deadline_input(5),
-    "question": q}, config)`. `with_deadlines` graphs do this themselves.
+    on the same thread gets a fresh budget: `graph.invoke({**deadline_input(5), "question": q},
+    config)`. `with_deadlines` graphs do this themselves, and hold a grant to their `timeout`.
 
     Raises:
         TypeError, ValueError: not a `Deadline` or a finite number of seconds >= 0.

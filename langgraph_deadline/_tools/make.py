@@ -3,7 +3,7 @@ wrapper for any `BaseTool`) and `deadline_tools` (several tools from one table o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, cast, overload
 
 from langchain_core.runnables import Runnable
@@ -11,11 +11,11 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as lc_tool
 from langchain_core.tools.base import ArgsSchema
 
-from .._core.validate import check_mapping
+from .._core.validate import check_cap, check_mapping, show
 from .._retry.retry import RetryOn
 from .cache import StaleCache
 from .messages import ToolTimeout
-from .options import ToolOptions
+from .options import ToolOptions, check_cache, check_namespace
 from .stale import Namespace
 from .tool import DeadlineTool
 
@@ -184,6 +184,7 @@ def deadline_tool(
         "error_on_invalid_docstring": error_on_invalid_docstring,
         "extras": extras,
     }
+    _check_target(name_or_callable, runnable)
     if isinstance(name_or_callable, BaseTool):
         given = sorted(k for k, v in made.items() if v != _TOOL_DEFAULTS[k])
         if runnable is not None:
@@ -198,6 +199,26 @@ def deadline_tool(
     if isinstance(built, BaseTool):
         return _make(built, options)
     return lambda fn: _make(built(fn), options)
+
+
+def _check_target(name_or_callable: object, runnable: object) -> None:
+    """Refuse what no form of `deadline_tool` takes (`deadline_tool(5)`) in its own words,
+    naming the argument: `@tool` would speak of its decorator."""
+    if not (
+        name_or_callable is None
+        or isinstance(name_or_callable, str | Runnable)  # a BaseTool is a Runnable
+        or callable(name_or_callable)
+    ):
+        raise TypeError(
+            "deadline_tool takes a function, an existing tool (a BaseTool), or a tool name "
+            f"(with a runnable, or as a decorator), got {type(name_or_callable).__name__}: "
+            f"{show(name_or_callable)}"
+        )
+    if runnable is not None and not isinstance(runnable, Runnable):
+        raise TypeError(
+            "deadline_tool's runnable must be a Runnable (with a tool name before it), got "
+            f"{type(runnable).__name__}: {show(runnable)}"
+        )
 
 
 _TOOL_DEFAULTS: dict[str, Any] = {
@@ -227,15 +248,37 @@ def deadline_tools(
     kept apart by `cache_namespace` (as in `deadline_tool`: by default the authenticated user,
     else the config's `user_id`, else its `thread_id`).
 
+    Every argument is checked, and named as written (`default`, `caps['f']`), even when
+    `tools` is empty: a table that is wrong for no tool today is wrong for the next one.
+
     Raises:
-        ValueError: `caps` or `read_only` names a tool that is not in `tools`.
-        TypeError: `caps` is not a mapping; `read_only` is a single string.
+        ValueError: `caps` or `read_only` names a tool that is not in `tools`; a cap or
+            `default` that is not a duration (negative, NaN, infinite).
+        TypeError: `tools` is not a list of tools or functions; `caps` is not a mapping;
+            `read_only` is a single string; a cap, `default`, `cache` or `cache_namespace`
+            of the wrong type.
     """
-    wrapped_inner = [t if isinstance(t, BaseTool) else lc_tool(t) for t in tools]
-    names = {t.name for t in wrapped_inner}
-    caps = dict(check_mapping(caps, "caps"))
+    if isinstance(tools, str | BaseTool) or not isinstance(tools, Iterable):
+        raise TypeError(
+            f"tools must be a list of tools or functions, got {type(tools).__name__}: {show(tools)}"
+        )
+    tools = list(tools)
+    for i, t in enumerate(tools):
+        if not (isinstance(t, BaseTool) or callable(t)):
+            raise TypeError(
+                f"tools[{i}] must be a tool or a function, got {type(t).__name__}: {show(t)}"
+            )
+    default = check_cap(default, "default")
+    caps = {
+        name: check_cap(value, f"caps[{name!r}]")
+        for name, value in check_mapping(caps, "caps").items()
+    }
     if isinstance(read_only, str):
         raise TypeError(f"read_only must be a list of tool names, got the string {read_only!r}")
+    check_cache(cache)
+    check_namespace(cache_namespace)
+    wrapped_inner = [t if isinstance(t, BaseTool) else lc_tool(t) for t in tools]
+    names = {t.name for t in wrapped_inner}
     for label, given in (("caps", set(caps)), ("read_only", set(read_only))):
         unknown = sorted(given - names)
         if unknown:

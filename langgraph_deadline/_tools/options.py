@@ -6,13 +6,13 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._core.validate import check_cap, check_flag, check_seconds
+from .._core.validate import check_cap, check_flag, check_seconds, show
 from .._retry.policy import RetryOn, retry_predicate
 from .cache import StaleCache
 from .messages import Message
 from .stale import Namespace
 
-__all__ = ["ToolOptions"]
+__all__ = ["ToolOptions", "check_cache", "check_namespace"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,12 +46,7 @@ class ToolOptions:
                 f"tool {tool!r}: min_viable ({min_viable} s) is more than timeout ({timeout} s): "
                 "the tool could never run"
             )
-        namespace = self.cache_namespace
-        if namespace is not None and not (isinstance(namespace, str) or callable(namespace)):
-            raise TypeError(
-                "cache_namespace must be a string, a function of the config, or None, got "
-                f"{type(namespace).__name__}: {namespace!r}"
-            )
+        check_namespace(self.cache_namespace)
         if self.cache is not None and not self.read_only:
             raise ValueError(
                 f"tool {tool!r}: a stale cache needs read_only=True (never serve a cached "
@@ -59,8 +54,7 @@ class ToolOptions:
             )
         if self.read_only and self.side_effect:
             raise ValueError(f"tool {tool!r}: read_only and side_effect exclude each other")
-        if self.cache is not None and not isinstance(self.cache, StaleCache):
-            raise TypeError(f"cache must be a StaleCache, got {type(self.cache).__name__}")
+        check_cache(self.cache)
         message = self.message
         if message is not None and not (isinstance(message, str) or callable(message)):
             raise TypeError("message must be a format string or a function of ToolTimeout")
@@ -74,6 +68,29 @@ class ToolOptions:
         if self.idempotency_key is not None and not callable(self.idempotency_key):
             raise TypeError("idempotency_key must be a function of the tool's arguments")
         return dataclasses.replace(self, timeout=timeout, min_viable=min_viable)
+
+
+def check_namespace(namespace: object) -> None:
+    """Refuse a `cache_namespace` that is neither a string, a function of the config nor None.
+
+    Raises:
+        TypeError: naming `cache_namespace` and what it got.
+    """
+    if namespace is not None and not (isinstance(namespace, str) or callable(namespace)):
+        raise TypeError(
+            "cache_namespace must be a string, a function of the config, or None, got "
+            f"{type(namespace).__name__}: {show(namespace)}"
+        )
+
+
+def check_cache(cache: object) -> None:
+    """Refuse a `cache` that is not a `StaleCache` (None is no cache).
+
+    Raises:
+        TypeError: naming `cache` and what it got.
+    """
+    if cache is not None and not isinstance(cache, StaleCache):
+        raise TypeError(f"cache must be a StaleCache, got {type(cache).__name__}: {show(cache)}")
 
 
 def _check_format(message: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from .._core.clock import SYSTEM_CLOCK, Clock
 from .._core.deadline import Deadline
 from .._core.records import Terminal
-from .._core.validate import check_cap, check_flag, check_seconds
+from .._core.validate import check_cap, check_fits, check_flag, check_seconds
 from .exchange import Exchange, Receive, Scope, Send, answer
 from .format import WIRE, WireFormat, error_body, read
 
@@ -51,7 +51,9 @@ class DeadlineASGIMiddleware:
 
     Raises:
         TypeError, ValueError: `app` not callable, a bad number, `default_timeout` above
-            `max_timeout`, `strict` not a bool, `wire` not a `WireFormat`, `clock` not a clock.
+            `max_timeout`, a `reserve` that takes the whole `max_timeout` or `default_timeout`
+            (every request would get a 504), `strict` not a bool, `wire` not a `WireFormat`,
+            `clock` not a clock.
     """
 
     def __init__(
@@ -86,6 +88,10 @@ class DeadlineASGIMiddleware:
             )
         self.default_timeout = default
         self.reserve = check_seconds(reserve, "reserve")
+        # A reserve that takes the whole of either limit would answer every request 504.
+        check_fits(self.max_timeout, reserve=self.reserve, needs={}, name="max_timeout")
+        if default_timeout is not None:
+            check_fits(default, reserve=self.reserve, needs={}, name="default_timeout")
         self.max_skew = check_seconds(max_skew, "max_skew")
         self.strict = check_flag(strict, "strict")
         self.wire = wire

@@ -154,7 +154,8 @@ def read(
     Relative values (the timeout header, `grpc-timeout`) rule, the earliest of them if several;
     the absolute header only moves the deadline earlier, and only when within `max_skew` of it;
     alone, it is taken as it is. A malformed value is left out and named in `errors`: it can
-    neither extend the deadline nor cancel a valid one beside it. Never raises on header values.
+    neither extend the deadline nor cancel a valid one beside it. Headers that are not ours are
+    skipped whatever they hold (a name beyond ASCII too). Never raises on header names or values.
     """
     kinds = wire._kinds
     relative: float | None = None
@@ -164,11 +165,15 @@ def read(
     errors: list[str] = []
     bad = 0
     for name, raw in headers:
-        key = name.lower() if isinstance(name, bytes) else name.lower().encode("latin-1")
+        if isinstance(name, str):
+            if not name.isascii():
+                continue  # ours are HTTP tokens, ASCII: this one is someone else's
+            name = name.encode("ascii")
+        key = name.lower()
         kind = kinds.get(key)
         if kind is None:
             continue
-        header = key.decode("latin-1")
+        header = key.decode("ascii")  # one of our names
         text = raw.decode("latin-1") if isinstance(raw, bytes) else raw
         for value in _values(text):
             try:

@@ -167,3 +167,27 @@ def test_after_refuses_absurdly_long_timeouts_with_a_value_error(value: float) -
 def test_at_refuses_a_duration_passed_as_a_timestamp_and_points_to_after() -> None:
     with pytest.raises(ValueError, match=r"after 2000-01-01.*Deadline\.after\(5\)"):
         Deadline.at(5)
+
+
+@pytest.mark.parametrize(
+    ("monotonic", "wall", "says"),
+    [
+        (math.nan, 1_800_000_000.0, "monotonic"),
+        (5.0, math.nan, "wall"),
+        (math.inf, math.inf, "monotonic"),
+        ("5", 1_800_000_000.0, "monotonic"),
+    ],
+)
+def test_the_constructor_refuses_readings_that_are_not_finite_numbers(
+    monotonic: object, wall: object, says: str
+) -> None:
+    with pytest.raises((TypeError, ValueError), match=says):
+        Deadline(monotonic=monotonic, wall=wall)  # type: ignore[arg-type]
+
+
+def test_the_constructor_points_to_after_and_at() -> None:
+    doc = Deadline.__init__.__doc__ or ""
+    assert "Deadline.after()" in doc and "Deadline.at()" in doc
+    clock = ManualClock()
+    d = Deadline(monotonic=clock.monotonic() + 2, wall=clock.time() + 2, clock=clock)
+    assert d == Deadline.after(2, clock=clock) and d.remaining() == 2

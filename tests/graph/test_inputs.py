@@ -14,7 +14,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Overwrite, interrupt
 
 from langgraph_deadline import Deadline, DeadlineState, with_deadlines
-from langgraph_deadline._graph.inputs import plain_input
+from langgraph_deadline._core.clock import SYSTEM_CLOCK
+from langgraph_deadline._graph.inputs import entry_input, plain_input
 
 
 class State(DeadlineState):
@@ -83,3 +84,25 @@ def test_update_state_cannot_push_a_finished_runs_deadline_back() -> None:
     first = graph.invoke({"text": "q"}, cfg)["deadline"]
     graph.update_state(cfg, {"deadline": Deadline.after(3600)})
     assert graph.get_state(cfg).values["deadline"] == first
+
+
+def test_plain_input_brings_every_deadline_back_to_the_limit_a_grant_and_none_included() -> None:
+    assert plain_input({"deadline": 10.0}, limit=5.0) == {"deadline": 5.0}
+    assert plain_input({"deadline": 3.0}, not_after=4.0, limit=5.0) == {"deadline": 3.0}
+    assert plain_input({"deadline": None}, limit=5.0) == {"deadline": 5.0}
+    grant = plain_input({"deadline": Overwrite(10.0)}, not_after=1.0, limit=5.0)["deadline"]
+    assert isinstance(grant, Overwrite) and grant.value == 5.0  # a grant ignores not_after
+    cleared = plain_input(Command(update={"deadline": Overwrite(None)}), limit=5.0).update
+    assert cleared["deadline"].value == 5.0
+    listed = plain_input(
+        Command(update=[("deadline", 10.0)]), limit=Deadline._at(5.0, SYSTEM_CLOCK)
+    )
+    assert listed.update == [("deadline", 5.0)]
+    assert plain_input({"deadline": None}) == {"deadline": None}  # no limit: no deadline stays
+
+
+def test_entry_input_reads_a_resume_command_as_a_command_not_as_a_state() -> None:
+    resume = Command(resume="y", update={"deadline": 10.0})
+    entered = entry_input(resume, Deadline._at(5.0, SYSTEM_CLOCK), fields=True)
+    assert isinstance(entered, Command) and entered.resume == "y"
+    assert entered.update == {"deadline": 5.0}

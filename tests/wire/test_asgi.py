@@ -144,6 +144,10 @@ async def test_lifespan_passes_through() -> None:
         ({"max_timeout": -1.0}, ValueError),
         ({"max_timeout": 5.0, "reserve": float("nan")}, ValueError),
         ({"max_timeout": "5"}, TypeError),
+        ({"max_timeout": 1.0, "reserve": 2.0}, ValueError),
+        ({"max_timeout": 1.0, "reserve": 1.0}, ValueError),
+        ({"max_timeout": 5.0, "default_timeout": 1.0, "reserve": 1.0}, ValueError),
+        ({"max_timeout": None, "default_timeout": 1.0, "reserve": 2.0}, ValueError),
     ],
 )
 def test_bad_settings_are_refused(kwargs: dict[str, Any], error: type[Exception]) -> None:
@@ -336,3 +340,21 @@ async def test_concurrent_requests_are_each_watched_and_each_cut() -> None:
     assert sorted(cancelled) == ["/later", "/left-1", "/left-2", "/soon"]
     assert answers["/left-1"] == answers["/left-2"] == []  # nobody to answer
     assert answers["/soon"][0]["status"] == answers["/later"][0]["status"] == 504
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"max_timeout": 1.0, "reserve": 2.0}, r"reserve \(2 s\) must be less than max_timeout"),
+        (
+            {"max_timeout": 5.0, "default_timeout": 1.0, "reserve": 1.5},
+            r"reserve \(1.5 s\) must be less than default_timeout",
+        ),
+    ],
+)
+def test_a_reserve_that_takes_the_whole_limit_is_refused_naming_both(
+    kwargs: dict[str, Any], says: str
+) -> None:
+    """Else every request would be answered 504 and the handler never run."""
+    with pytest.raises(ValueError, match=says):
+        DeadlineASGIMiddleware(App(), **kwargs)

@@ -78,6 +78,24 @@ def test_malformed_relative_values_raise_naming_the_header(value: str) -> None:
         from_headers({"X-Request-Timeout-Ms": value})
 
 
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("name", ["x-€", "X-Request-Timeout-M\u0161", "\u212a-id", "x-\U0001f600"])
+def test_headers_that_are_not_ours_are_ignored_whatever_their_name(name: str, strict: bool) -> None:
+    clock = ManualClock()
+    headers = [(name, "1"), ("X-Request-Timeout-Ms", "500")]
+    assert _in(clock, from_headers(headers, strict=strict, clock=clock)) == 0.5
+    assert from_headers({name: "1"}, strict=strict, clock=clock) is None
+
+
+@pytest.mark.parametrize("value", ["5€", "\u0665", "5\x00"])
+def test_a_header_of_ours_with_characters_beyond_ascii_is_refused_naming_it(value: str) -> None:
+    with pytest.raises(HeaderError, match="x-request-timeout-ms"):
+        from_headers({"x-€": "1", "X-Request-Timeout-Ms": value})
+    clock = ManualClock()
+    headers = {"X-Request-Timeout-Ms": value, "grpc-timeout": "2S"}
+    assert _in(clock, from_headers(headers, strict=False, clock=clock)) == 2.0
+
+
 @pytest.mark.parametrize(
     ("value", "seconds"),
     [
