@@ -237,7 +237,8 @@ def test_a_subgraph_draws_as_what_it_is() -> None:
         return with_deadlines(b, timeout=TIMEOUT)
 
     def ids(graph: Any) -> list[Any]:
-        return [n["data"]["id"][-1] for n in graph.get_graph().to_json()["nodes"] if n["data"]]
+        nodes = graph.get_graph().to_json()["nodes"]
+        return [n["data"]["id"][-1] for n in nodes if isinstance(n.get("data"), dict)]
 
     assert "CompiledStateGraph" in ids(parent(_two_steps().compile()))
     assert "DeadlineGraph" in ids(parent(with_deadlines(_two_steps(), timeout=TIMEOUT)))
