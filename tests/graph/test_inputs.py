@@ -3,6 +3,7 @@ never able to push the run's deadline back."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 import time
@@ -42,7 +43,8 @@ def test_plain_input_turns_deadlines_into_epoch_seconds_everywhere() -> None:
     assert listed.update == [("deadline", d.timestamp)]
     grant = plain_input({"deadline": Overwrite(d)})["deadline"]
     assert isinstance(grant, Overwrite) and grant.value == d.timestamp
-    assert plain_input({"deadline": 10.0}, not_after=5.0) == {"deadline": 5.0}
+    late, early = 1_800_000_010.0, 1_800_000_005.0  # epoch seconds
+    assert plain_input({"deadline": late}, not_after=early) == {"deadline": early}
     assert plain_input(None) is None and plain_input("text") == "text"
 
 
@@ -63,6 +65,27 @@ def test_a_bad_deadline_in_the_input_is_refused_at_the_entry_naming_the_field(
     graph = with_deadlines(_graph(_echo), timeout=5)
     with pytest.raises(error, match="'deadline'"):
         graph.invoke({"text": "x", "deadline": value})
+
+
+@pytest.mark.parametrize("value", [5, 0, 30.0, 946_684_799.0])  # before 2000-01-01
+def test_a_duration_given_as_the_input_deadline_is_refused_pointing_to_deadline_after(
+    value: float,
+) -> None:
+    ran: list[str] = []
+
+    async def node(state: State) -> dict[str, Any]:
+        ran.append(state["text"])
+        return {"text": "done"}
+
+    graph = with_deadlines(_graph(node), timeout=5)
+    hint = rf"'deadline' must be epoch seconds after 2000-01-01.*Deadline\.after\({value!r}\)"
+    with pytest.raises(ValueError, match=hint):
+        graph.invoke({"text": "x", "deadline": value})
+    with pytest.raises(ValueError, match=hint):
+        asyncio.run(graph.ainvoke({"text": "x", "deadline": value}))
+    with pytest.raises(ValueError, match=hint):
+        list(graph.stream({"text": "x", "deadline": value}))
+    assert ran == []  # refused at the entry, not "the deadline had passed before it started"
 
 
 def test_a_resume_with_a_later_deadline_does_not_extend_the_run() -> None:
