@@ -41,7 +41,8 @@ class Block:
 
 
 def blocks(page: Path) -> list[Block]:
-    """The ```python blocks of `page`, with the fragment marking on the line before each."""
+    """The ```python blocks of `page`, each with the marking (fragment, signature) on the line
+    before it, if any."""
     lines = page.read_text(encoding="utf-8").splitlines()
     found: list[Block] = []
     i = 0
@@ -74,9 +75,10 @@ def run_page(page: Path) -> None:
         for block in blocks(page):
             if block.fragment_of is not None or block.signature_of is not None:
                 continue
-            where = f"{page.relative_to(ROOT)}:{block.line}"
-            code = compile(block.code, where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-            result = eval(code, module.__dict__)
+            flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+            tree = compile(block.code, str(page), "exec", flags=flags | ast.PyCF_ONLY_AST)
+            ast.increment_lineno(tree, block.line)  # a traceback names the page's own line
+            result = eval(compile(tree, str(page), "exec", flags=flags), module.__dict__)
             if inspect.iscoroutine(result):
                 loop.run_until_complete(result)
     finally:
