@@ -1,8 +1,11 @@
-# Each target makes its own virtual environment (.venv) on first use: only python3 is needed.
+# Each target makes its own virtual environment on first use: only python3 is needed.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The demo needs only the package and its `demo` extra, in a light venv of its own.
+DEMO_VENV  := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
 # The oldest versions we claim to support (the lower bounds in pyproject.toml), in their own venv.
 LOWEST       := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed
@@ -26,8 +29,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e . --group dev
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/langgraph-deadline demo
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/langgraph-deadline demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -66,4 +75,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) $(LOWEST) $(SUITE) .suite .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) $(LOWEST) $(SUITE) .suite .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -6,7 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._core.extras import install_hint, require_extra
 from ._core.validate import check_seconds
+
+DEMO_NEEDS = ("langchain_openai", "starlette", "uvicorn")
+"""What `demo` imports from the `demo` extra (matplotlib too, but without it the demo only
+skips its waterfall)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,14 +67,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     try:
-        from ._apps.demo import DemoOptions, run_demo
-    except ImportError as exc:  # pragma: no cover - depends on the extras installed
-        print(
-            f"langgraph-deadline demo needs the demo extras ({exc.name} is missing): "
-            "pip install 'langgraph-deadline[openai,asgi,plot]'",
-            file=sys.stderr,
-        )
+        require_extra("demo", "langgraph-deadline demo", *DEMO_NEEDS)
+    except ModuleNotFoundError as exc:
+        print(exc, file=sys.stderr)
         return 2
+    from ._apps.demo import DemoOptions, run_demo
+
     budget = check_seconds(args.budget, "--budget")
     opts = DemoOptions(
         budget=budget,
@@ -128,8 +131,7 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         written = write_plot(args.plot, trace, stats, run, report_text=text)
     except ImportError:
         print(
-            "langgraph-deadline report: --plot needs matplotlib: "
-            "pip install 'langgraph-deadline[plot]'",
+            f"langgraph-deadline report: --plot needs matplotlib: {install_hint('plot')}",
             file=sys.stderr,
         )
         return 2

@@ -13,11 +13,15 @@ out = await agent.ainvoke({"messages": [("user", "where is my order?")]})
 out["deadline_outcome"].terminal   # Terminal.COMPLETED or Terminal.DEADLINE_EXCEEDED
 ```
 
-Needs the `langchain` package (`create_agent` lives there); `budgeted_model` does not.
+Needs the `langchain` package, from the `agents` extra (`pip install
+'langgraph-deadline[agents]'`); without it, importing this module says so.
 """
 
-from ._agents.middleware import DeadlineMiddleware
-from ._agents.model import BudgetedModel, budgeted_model
-from ._agents.run import DeadlineAgentState
+from ._core.extras import needs_extra
+
+with needs_extra("agents", "langgraph_deadline.agents"):
+    from ._agents.middleware import DeadlineMiddleware
+    from ._agents.model import BudgetedModel, budgeted_model
+    from ._agents.run import DeadlineAgentState
 
 __all__ = ["BudgetedModel", "DeadlineAgentState", "DeadlineMiddleware", "budgeted_model"]

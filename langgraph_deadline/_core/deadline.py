@@ -6,7 +6,15 @@ import datetime as _dt
 from typing import Final, final
 
 from .clock import SYSTEM_CLOCK, Clock
-from .validate import MAX_SECONDS, check_cap, check_number, check_seconds, show
+from .validate import (
+    MAX_SECONDS,
+    MIN_EPOCH,
+    check_cap,
+    check_number,
+    check_seconds,
+    show,
+    too_early,
+)
 
 __all__ = ["MIN_TIMESTAMP", "Deadline", "earliest"]
 
@@ -14,7 +22,7 @@ _set = object.__setattr__
 
 # 2000-01-01 UTC. An earlier "absolute" deadline is a duration passed as a timestamp
 # (`Deadline.at(5)`), not a moment anyone means.
-MIN_TIMESTAMP: Final = 946_684_800.0
+MIN_TIMESTAMP: Final = MIN_EPOCH
 
 
 @final
@@ -97,10 +105,7 @@ class Deadline:
         clk = SYSTEM_CLOCK if clock is None else clock
         now = clk.time()
         if wall < MIN_TIMESTAMP:
-            raise ValueError(
-                f"timestamp must be epoch seconds after 2000-01-01, got {show(timestamp)}: "
-                f"for a deadline that many seconds from now, use Deadline.after({show(timestamp)})"
-            )
+            raise too_early(timestamp, "timestamp")
         if wall - now > MAX_SECONDS:
             raise ValueError(
                 f"timestamp must be at most 100 years from now, got {show(timestamp)} "

@@ -18,17 +18,22 @@ __all__ = [
     "check_mapping",
     "MAX_EPOCH",
     "MAX_SECONDS",
+    "MIN_EPOCH",
     "check_cap",
     "check_flag",
     "check_number",
     "check_seconds",
     "check_timestamp",
     "show",
+    "too_early",
 ]
 
 MAX_SECONDS: Final = 3_155_760_000.0  # 100 years of 365.25 days
 MAX_EPOCH: Final = 32_503_680_000.0
 """Year 3000 in epoch seconds: a later instant is a unit mistake (milliseconds for seconds)."""
+MIN_EPOCH: Final = 946_684_800.0
+"""2000-01-01 UTC in epoch seconds: an earlier instant is a duration passed as a timestamp
+(`{"deadline": 5}`, `Deadline.at(5)`), not a moment anyone means."""
 
 
 def show(value: object) -> str:
@@ -79,17 +84,27 @@ def check_seconds(value: object, name: str) -> float:
     return seconds
 
 
+def too_early(value: object, name: str) -> ValueError:
+    """The error for an instant before 2000 (`MIN_EPOCH`): a duration passed as a timestamp."""
+    return ValueError(
+        f"{name} must be epoch seconds after 2000-01-01, got {show(value)}: a duration? for a "
+        f"deadline that many seconds from now, use Deadline.after({show(value)})"
+    )
+
+
 def check_timestamp(value: object, name: str) -> float:
-    """`value` as epoch seconds: a finite number >= 0 and before year 3000 (an instant is not a
-    duration: no 100-year maximum from now; `Deadline.at` refuses the ones no one means).
+    """`value` as epoch seconds: a finite number between 2000-01-01 and year 3000 (an instant
+    is not a duration: no 100-year maximum from now; `Deadline.at` refuses the ones no one
+    means).
 
     Raises:
         TypeError: not an int or float (bool, str and None included).
-        ValueError: negative, NaN, infinite, or after year 3000.
+        ValueError: NaN, infinite, before 2000 (a duration passed by mistake: the message
+            points to `Deadline.after`), or after year 3000 (milliseconds passed as seconds).
     """
     seconds = check_number(value, name, "epoch seconds")
-    if seconds < 0:
-        raise ValueError(f"{name} must be epoch seconds >= 0, got {show(value)}")
+    if seconds < MIN_EPOCH:
+        raise too_early(value, name)
     if seconds > MAX_EPOCH:
         raise ValueError(
             f"{name} must be epoch seconds before year 3000, got {show(value)} "

@@ -6,134 +6,36 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Command
 
-from .._core.clock import SYSTEM_CLOCK
-from .._core.deadline import Deadline
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
-from .._core.validate import check_timestamp
 from .messages import answered, closing_reply, messages_of
-from .state import RUN_OVER, deadline_from_state
+from .resume import akeep_deadline, keep_deadline, saved
+from .state import RUN_OVER
 from .terminal import emit_run_outcome, exceeded, outcome_from
 
 if TYPE_CHECKING:
     from .graph import DeadlineGraph
 
 __all__ = [
-    "KEPT_CHANNEL",
-    "KEPT_TASK",
-    "akeep_deadline",
-    "keep_deadline",
-    "saver",
     "afinal_state",
     "akeep_records",
     "assemble",
     "final_state",
     "keep_records",
-    "late",
     "too_late",
     "ended_in_state",
-    "kept_deadline",
 ]
 
 log = logging.getLogger("langgraph_deadline")
 _PERSIST = "langgraph_deadline: write the outcome"
-
-KEPT_TASK: Final = "langgraph-deadline"
-KEPT_CHANNEL: Final = "__langgraph_deadline__"
-"""The task id and channel of the write that keeps a paused run's deadline (epoch seconds) on
-its checkpoint, for a state without the deadline fields. A pending write of a task LangGraph
-does not know is kept with the checkpoint and otherwise left alone: not applied on a resume,
-not in the snapshot's values, metadata, tasks or config."""
-
-
-def kept_deadline(snapshot: Any, writes: Any = ()) -> Deadline | None:
-    """The deadline a thread's checkpoint kept: its state's `deadline` field, else (state
-    without the deadline fields) the one its paused run wrote beside it (`writes`, the
-    checkpoint's pending writes)."""
-    d = deadline_from_state(getattr(snapshot, "values", None))
-    if d is not None:
-        return d
-    for task, channel, value in writes or ():
-        if task == KEPT_TASK and channel == KEPT_CHANNEL:
-            try:  # our own write, but a checkpoint is storage: read it defensively
-                return Deadline._at(check_timestamp(value, KEPT_CHANNEL), SYSTEM_CLOCK)
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
-def _keeps(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> RunnableConfig | None:
-    """The thread's config, when a paused run of a state without the deadline fields must keep
-    its deadline on its checkpoint for the resume."""
-    if graph.deadline_settings.has_fields or run.deadline is None or not _saved(graph, cfg):
-        return None
-    paused = run.interrupted or run.outcome is not None or graph.interrupts_somewhere
-    if not paused:
-        return None
-    conf = cfg.get("configurable", {})
-    return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ""}}
-
-
-def saver(graph: DeadlineGraph) -> BaseCheckpointSaver[Any] | None:
-    """The graph's own checkpointer (None, or `True` for a subgraph that uses its parent's)."""
-    cp = graph.checkpointer
-    return cp if isinstance(cp, BaseCheckpointSaver) else None
-
-
-def keep_deadline(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
-    """Write a paused run's deadline beside its latest checkpoint (see `KEPT_TASK`)."""
-    thread = _keeps(graph, run, cfg)
-    cp = saver(graph)
-    if thread is None or cp is None or run.deadline is None:
-        return
-    with _writing():
-        saved = cp.get_tuple(thread)
-        if saved is not None:
-            cp.put_writes(saved.config, [(KEPT_CHANNEL, run.deadline.timestamp)], KEPT_TASK)
-
-
-async def akeep_deadline(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
-    """`keep_deadline`, asynchronously."""
-    thread = _keeps(graph, run, cfg)
-    cp = saver(graph)
-    if thread is None or cp is None or run.deadline is None:
-        return
-    with _writing():
-        saved = await cp.aget_tuple(thread)
-        if saved is not None:
-            write = [(KEPT_CHANNEL, run.deadline.timestamp)]
-            await cp.aput_writes(saved.config, write, KEPT_TASK)
-
-
-def late(graph: DeadlineGraph, snapshot: Any, run: RunTracker, writes: Any = ()) -> Any:
-    """A resume after the checkpointed deadline passed does not start: no node body runs,
-    and the checkpoint stays as it was, so a resume that grants a new deadline
-    (`Command(resume=..., update=deadline_input(s))`) continues where the run paused.
-    Returns what the caller gets (graphs without deadline fields raise), or None to go on."""
-    values = getattr(snapshot, "values", None)
-    d = kept_deadline(snapshot, writes)
-    if d is None or not d.expired:
-        return None
-    pending = ", ".join(getattr(snapshot, "next", ()) or ()) or None
-    outcome = Outcome(
-        terminal=Terminal.DEADLINE_EXCEEDED,
-        step=pending,
-        reason="resumed after the run's deadline had passed: nothing was run",
-        elapsed_ms=0.0,
-    )
-    emit_run_outcome(run, outcome)
-    if not graph.deadline_settings.has_fields:
-        raise exceeded(outcome, d, values)
-    return {**(values or {}), "deadline_outcome": outcome}
 
 
 def too_late(graph: DeadlineGraph, run: RunTracker, input: Any) -> Any:
@@ -177,10 +79,6 @@ def _clean(cfg: RunnableConfig) -> RunnableConfig:
     }
 
 
-def _saved(graph: DeadlineGraph, cfg: RunnableConfig) -> bool:
-    return graph.checkpointer is not None and bool(cfg.get("configurable", {}).get("thread_id"))
-
-
 def _persist_control() -> RunControl:
     # A run that applies a `Command(update=...)` and drains before its first task: LangGraph
     # keeps the update as writes on the current checkpoint, its pending tasks untouched.
@@ -190,7 +88,7 @@ def _persist_control() -> RunControl:
 
 
 def _read(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
-    if not _saved(graph, cfg):
+    if not saved(graph, cfg):
         return run.latest
     try:
         return graph.get_state(_clean(cfg)).values
@@ -199,7 +97,7 @@ def _read(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
 
 
 async def _aread(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
-    if not _saved(graph, cfg):
+    if not saved(graph, cfg):
         return run.latest
     try:
         return (await graph.aget_state(_clean(cfg))).values
@@ -208,7 +106,7 @@ async def _aread(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> 
 
 
 def _write(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) -> None:
-    if not (update and _saved(graph, cfg)):
+    if not (update and saved(graph, cfg)):
         return
     with _writing():
         # LangGraph's own stream, not ours: this run must not be taken for a user's resume.
@@ -219,7 +117,7 @@ def _write(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) ->
 
 
 async def _awrite(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) -> None:
-    if not (update and _saved(graph, cfg)):
+    if not (update and saved(graph, cfg)):
         return
     with _writing():
         async for _ in CompiledStateGraph.astream(
@@ -265,13 +163,13 @@ async def afinal_state(
 def keep_records(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
     """A run that failed (an error that is not the deadline's): its step records are written to
     the checkpoint, its pending steps left as they are for a resume after a fix."""
-    if graph.deadline_settings.has_fields and _saved(graph, cfg) and run.records:
+    if graph.deadline_settings.has_fields and saved(graph, cfg) and run.records:
         _write(graph, cfg, _records_update(run, _read(graph, run, cfg)))
 
 
 async def akeep_records(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
     """`keep_records`, asynchronously."""
-    if graph.deadline_settings.has_fields and _saved(graph, cfg) and run.records:
+    if graph.deadline_settings.has_fields and saved(graph, cfg) and run.records:
         await _awrite(graph, cfg, _records_update(run, await _aread(graph, run, cfg)))
 
 

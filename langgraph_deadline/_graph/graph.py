@@ -22,29 +22,25 @@ from langgraph.types import Command, Overwrite, StateUpdate
 from .._core.alarm import RunAlarm
 from .._core.context import current_deadline
 from .._core.cut import Cut
-from .._core.deadline import Deadline, earliest
+from .._core.deadline import earliest
 from .._core.errors import DeadlineExceeded
 from .._core.plan import run_step_end
 from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import NotedStream, closing_chunks, deadline_given, note_chunk
 from .ends import (
     afinal_state,
-    akeep_deadline,
     akeep_records,
     ended_in_state,
     final_state,
-    keep_deadline,
     keep_records,
-    kept_deadline,
-    late,
-    saver,
     too_late,
 )
 from .inputs import ceiling, entry_input, plain_steps, sets_deadline
 from .node import unwrapped
+from .resume import akeep_deadline, aresume, keep_deadline, resume, saved, thread_deadline
 from .seams import DRAIN_REASON, check_thread
 from .settings import GraphSettings
-from .state import deadline_from_state, fresh_run_update
+from .state import fresh_run_update
 from .terminal import emit_run_outcome, final_outcome, raised
 
 __all__ = ["DeadlineGraph"]
@@ -130,50 +126,14 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         input = entry_input(input, limit, fields=settings.has_fields)
         given = None if _a_result(input) else deadline_given(input)
         if self._resuming(input):
-            d = earliest(given, current_deadline())  # and the thread's: see `_resumed`
+            d = earliest(given, current_deadline())  # and the thread's: see `resume`
         else:
             d = earliest(given, limit)
             if settings.has_fields and isinstance(input, Mapping):
                 input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
-        run = RunTracker(deadline=d, reserve=settings.reserve, resumable=self._has_thread(cfg))
+        run = RunTracker(deadline=d, reserve=settings.reserve, resumable=saved(self, cfg))
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
         return run, input, cfg
-
-    def _resumed(self, run: RunTracker, snapshot: Any, writes: Any) -> Any:
-        """A resume runs to the deadline its thread kept (in state, or for state without the
-        deadline fields beside its checkpoint: `writes`); a thread that kept none gets
-        `timeout` from now. Returns what the caller gets when that deadline has passed, else
-        None."""
-        kept = kept_deadline(snapshot, writes)
-        if kept is None and self._lgd_settings.timeout is not None:
-            kept = Deadline.after(self._lgd_settings.timeout)
-        run.deadline = earliest(run.deadline, kept)
-        return late(self, snapshot, run, writes)
-
-    def _resume(self, run: RunTracker, cfg: RunnableConfig) -> Any:
-        """`_resumed`, reading the thread's checkpoint (if it has one)."""
-        if not self._has_thread(cfg):
-            return self._resumed(run, None, ())
-        snapshot = self.get_state(cfg)
-        if self._lgd_settings.has_fields or (cp := saver(self)) is None:
-            return self._resumed(run, snapshot, ())
-        saved = cp.get_tuple(snapshot.config)
-        return self._resumed(run, snapshot, saved.pending_writes if saved else ())
-
-    async def _aresume(self, run: RunTracker, cfg: RunnableConfig) -> Any:
-        """`_resume`, asynchronously."""
-        if not self._has_thread(cfg):
-            return self._resumed(run, None, ())
-        snapshot = await self.aget_state(cfg)
-        if self._lgd_settings.has_fields or (cp := saver(self)) is None:
-            return self._resumed(run, snapshot, ())
-        saved = await cp.aget_tuple(snapshot.config)
-        return self._resumed(run, snapshot, saved.pending_writes if saved else ())
-
-    @property
-    def interrupts_somewhere(self) -> bool:
-        """True when the graph was compiled to pause before or after some node."""
-        return bool(self.interrupt_before_nodes or self.interrupt_after_nodes)
 
     def _prepared(self, config: RunnableConfig | None) -> bool:
         run = (config or {}).get("configurable", {}).get(RUN_KEY)
@@ -188,9 +148,6 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         update = input.update if isinstance(input.update, Mapping) else {}
         return not isinstance(update.get("deadline"), Overwrite)
 
-    def _has_thread(self, cfg: RunnableConfig) -> bool:
-        return self.checkpointer is not None and bool(cfg.get("configurable", {}).get("thread_id"))
-
     # -- state updates: a `Deadline` in them is stored as plain epoch seconds ------------------
 
     def bulk_update_state(
@@ -200,7 +157,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         (`deadline_input` grants a new one explicitly), and none is later than `timeout` from
         now (or the deadline in context)."""
         steps = list(supersteps)
-        now = _deadline_of(self.get_state(config)) if sets_deadline(steps) else None
+        now = thread_deadline(self.get_state(config)) if sets_deadline(steps) else None
         limit = ceiling(self._lgd_settings.timeout)
         return super().bulk_update_state(config, plain_steps(steps, not_after=now, limit=limit))
 
@@ -208,7 +165,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         self, config: RunnableConfig, supersteps: Sequence[Sequence[StateUpdate]]
     ) -> RunnableConfig:
         steps = list(supersteps)
-        now = _deadline_of(await self.aget_state(config)) if sets_deadline(steps) else None
+        now = thread_deadline(await self.aget_state(config)) if sets_deadline(steps) else None
         limit = ceiling(self._lgd_settings.timeout)
         plain = plain_steps(steps, not_after=now, limit=limit)
         return await super().abulk_update_state(config, plain)
@@ -221,7 +178,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         prepared = self._prepared(config)
         run, input, cfg = self._start(input, config)
         if not prepared and self._resuming(input):
-            if self._resume(run, cfg) is not None:
+            if resume(self, run, cfg) is not None:
                 return
         elif not prepared and too_late(self, run, input) is not None:
             return
@@ -271,7 +228,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
     ) -> AsyncIterator[Any]:
         run, input, cfg = self._start(input, config)
         if self._resuming(input):
-            if await self._aresume(run, cfg) is not None:
+            if await aresume(self, run, cfg) is not None:
                 return
         elif too_late(self, run, input) is not None:
             return
@@ -346,7 +303,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         run, input, cfg = self._start(input, config)
         if self._resuming(input):
-            ended = self._resume(run, cfg)
+            ended = resume(self, run, cfg)
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
@@ -358,7 +315,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         """Like `CompiledStateGraph.ainvoke`; also cancels the whole run at its deadline."""
         run, input, cfg = self._start(input, config)
         if self._resuming(input):
-            ended = await self._aresume(run, cfg)
+            ended = await aresume(self, run, cfg)
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
@@ -421,11 +378,6 @@ def _a_result(input: Any) -> bool:
     """True for an input that is a finished run's result (`state = graph.invoke(state)`): its
     `deadline` is that run's, spent, and not the new run's."""
     return isinstance(input, Mapping) and input.get("deadline_outcome") is not None
-
-
-def _deadline_of(snapshot: Any) -> float | None:
-    d = deadline_from_state(getattr(snapshot, "values", None))
-    return None if d is None else d.timestamp
 
 
 def _reraise_with_state(exc: DeadlineExceeded, run: RunTracker) -> None:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Final
 
+from .._core.extras import install_hint
 from .._core.observe import INSTRUMENT_ENV, Observer
 
 __all__ = ["default_observers"]
@@ -68,10 +69,7 @@ def default_observers() -> tuple[Observer, ...]:
             found.append(factory())
         except ImportError:
             log.warning(
-                "%s names %r, which is not installed: pip install 'langgraph-deadline[%s]'",
-                INSTRUMENT_ENV,
-                name,
-                extra,
+                "%s names %r, which is not installed: %s", INSTRUMENT_ENV, name, install_hint(extra)
             )
         except Exception:
             log.warning("%s: could not start the %r backend", INSTRUMENT_ENV, name, exc_info=True)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._core.extras import needs_extra
 from .._core.observe import Field, RunEvent, StepEvent, TokensEvent, run_fields, step_fields
 from .._core.records import StepStatus, Terminal
 
@@ -40,8 +41,8 @@ class OtelObserver:
     recording, else a zero-length span of that name, so they are never dropped.
 
     Raises:
-        ImportError: `opentelemetry-api` is not installed
-            (`pip install 'langgraph-deadline[otel]'`).
+        ModuleNotFoundError: `opentelemetry-api` is not installed; the message says
+            `pip install 'langgraph-deadline[otel]'`.
     """
 
     __slots__ = ("_current_span", "_status", "_tracer")
@@ -49,7 +50,8 @@ class OtelObserver:
     def __init__(self, *, tracer_provider: TracerProvider | None = None) -> None:
         from importlib.metadata import version
 
-        from opentelemetry import trace
+        with needs_extra("otel", "OtelObserver"):
+            from opentelemetry import trace
 
         self._tracer = trace.get_tracer(
             "langgraph_deadline", version("langgraph-deadline"), tracer_provider=tracer_provider

@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
+from .._core.extras import needs_extra
 from .._core.observe import RunEvent, StepEvent, TokensEvent, emit_tokens
 from .._core.records import StepStatus
 
@@ -53,8 +54,8 @@ class PrometheusObserver:
     same registry and namespace reuses the metrics (the first one's `buckets` stay).
 
     Raises:
-        ImportError: `prometheus-client` is not installed
-            (`pip install 'langgraph-deadline[prometheus]'`).
+        ModuleNotFoundError: `prometheus-client` is not installed; the message says
+            `pip install 'langgraph-deadline[prometheus]'`.
     """
 
     __slots__ = ("_metrics",)
@@ -66,7 +67,8 @@ class PrometheusObserver:
         namespace: str = "langgraph_deadline",
         buckets: Sequence[float] = DEFAULT_BUCKETS,
     ) -> None:
-        import prometheus_client
+        with needs_extra("prometheus", "PrometheusObserver"):
+            import prometheus_client
 
         reg = prometheus_client.REGISTRY if registry is None else registry
         with _MADE_LOCK:

@@ -146,9 +146,9 @@ def deadline_tool(
     served instead, marked stale with its age. `cache_namespace` (a string, or a function of the
     config) keeps users apart; by default it is the authenticated user
     (`langgraph_auth_user_id`), else the config's `user_id`, else its `thread_id`, and without any
-    of them nothing is cached (docs/howto/tools.md, "Cache tenancy"). `message` overrides the
-    text (a format string with `{tool}`, `{seconds}`, `{status}`, `{remaining}`, or a function
-    of `ToolTimeout`).
+    of them nothing is cached, which the tool says once with a `UserWarning` (docs/howto/tools.md,
+    "Cache tenancy"). `message` overrides the text (a format string with `{tool}`,
+    `{seconds}`, `{status}`, `{remaining}`, or a function of `ToolTimeout`).
 
     `retry_on` (as in `retry(on=...)`) retries failed attempts up to `attempts` times, inside
     the same budget: no attempt or backoff starts that cannot fit. A `side_effect=True` tool

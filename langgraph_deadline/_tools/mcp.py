@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 from langchain_core.tools import BaseTool, StructuredTool
 
+from .._core.extras import needs_extra
 from .cache import StaleCache
 from .make import deadline_tools
 from .tool import DeadlineTool
@@ -64,7 +65,8 @@ async def mcp_tools(
     Raises:
         ValueError: an unknown `server_name`, or `caps` / `read_only` naming an unknown tool.
     """
-    from langchain_mcp_adapters.tools import load_mcp_tools
+    with needs_extra("mcp", "mcp_tools"):
+        from langchain_mcp_adapters.tools import load_mcp_tools
 
     names = [server_name] if server_name is not None else list(client.connections)
     async with AsyncExitStack() as stack:

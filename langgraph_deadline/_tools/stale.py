@@ -3,6 +3,7 @@ how a cached answer is served when the live call cannot be: marked stale, with i
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "stored_content",
     "tool_call_id",
     "visible_args",
+    "warn_uncached",
 ]
 
 Namespace = str | Callable[[RunnableConfig], str | None] | None
@@ -44,6 +46,19 @@ def slot(
     if ns is None:
         return None
     return ns, cache_key(tool.name, visible_args(tool, input))
+
+
+def warn_uncached(tool: str) -> None:
+    """Say (once per tool, the caller keeps count) that a call of a cached tool had no namespace:
+    the tenant-safe default keeps its answers for nobody rather than for everybody."""
+    warnings.warn(
+        f"the stale cache of tool {tool!r} is off for this call: its config has no "
+        "langgraph_auth_user_id, user_id or thread_id to keep users' answers apart, so nothing "
+        "is cached or served. Pass one in config['configurable'], or set cache_namespace= "
+        "(cache_namespace='public' for data every user may share). Said once per tool.",
+        UserWarning,
+        stacklevel=2,
+    )
 
 
 def tool_call_id(input: Any) -> str | None:

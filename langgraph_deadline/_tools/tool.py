@@ -13,7 +13,7 @@ from typing import Any, Self
 
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool, Tool
-from pydantic import ConfigDict, InstanceOf
+from pydantic import ConfigDict, InstanceOf, PrivateAttr
 
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, plan_step
@@ -55,6 +55,7 @@ class DeadlineTool(BaseTool):
 
     inner: BaseTool
     options: InstanceOf[ToolOptions] = ToolOptions()
+    _said_uncached: bool = PrivateAttr(default=False)  # warned once that a call had no namespace
 
     # -- the options, read-only ----------------------------------------------------------------
 
@@ -294,7 +295,11 @@ class DeadlineTool(BaseTool):
     def _slot(self, input: Any, cfg: RunnableConfig) -> tuple[str, str] | None:
         if self.options.cache is None:
             return None
-        return stale.slot(self.inner, self.options.cache_namespace, input, cfg)
+        where = stale.slot(self.inner, self.options.cache_namespace, input, cfg)
+        if where is None and self.options.cache_namespace is None and not self._said_uncached:
+            self._said_uncached = True
+            stale.warn_uncached(self.name)
+        return where
 
     def _store_sync(self, input: Any, cfg: RunnableConfig, value: Any) -> None:
         where = self._slot(input, cfg)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.types import Receive, Scope, Send
 
+from .._core.extras import require_extra
 from ._background import Background
 from ._chat_record import ServedChatRequest, disconnects
 from ._chat_script import ChatReply, check_seconds
@@ -102,14 +103,9 @@ class FakeOpenAIServer(Background):
         return f"http://{self.host}:{self.port}/v1"
 
     def start(self) -> FakeOpenAIServer:
-        try:
-            import starlette  # noqa: F401 - checked here for a clear message
-            import uvicorn
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "FakeOpenAIServer needs starlette and uvicorn: "
-                "pip install 'langgraph-deadline[asgi]'"
-            ) from exc
+        require_extra("asgi", "FakeOpenAIServer", "starlette", "uvicorn")
+        import uvicorn
+
         if self._thread is not None:
             raise RuntimeError("FakeOpenAIServer is already started")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -156,6 +156,10 @@ class SlowServer(Background):
                     return
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
             return
+        except asyncio.CancelledError:
+            # stop() with a request still open: end quietly (Python 3.11's stream callback
+            # would log a cancelled handler as an error).
+            return
         finally:
             writer.close()
 

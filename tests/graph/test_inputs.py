@@ -3,6 +3,7 @@ never able to push the run's deadline back."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 import time
@@ -43,7 +44,8 @@ def test_plain_input_turns_deadlines_into_epoch_seconds_everywhere() -> None:
     assert listed.update == [("deadline", d.timestamp)]
     grant = plain_input({"deadline": Overwrite(d)})["deadline"]
     assert isinstance(grant, Overwrite) and grant.value == d.timestamp
-    assert plain_input({"deadline": 10.0}, not_after=5.0) == {"deadline": 5.0}
+    late, early = 1_800_000_010.0, 1_800_000_005.0  # epoch seconds
+    assert plain_input({"deadline": late}, not_after=early) == {"deadline": early}
     assert plain_input(None) is None and plain_input("text") == "text"
 
 
@@ -66,6 +68,27 @@ def test_a_bad_deadline_in_the_input_is_refused_at_the_entry_naming_the_field(
         graph.invoke({"text": "x", "deadline": value})
 
 
+@pytest.mark.parametrize("value", [5, 0, 30.0, 946_684_799.0])  # before 2000-01-01
+def test_a_duration_given_as_the_input_deadline_is_refused_pointing_to_deadline_after(
+    value: float,
+) -> None:
+    ran: list[str] = []
+
+    async def node(state: State) -> dict[str, Any]:
+        ran.append(state["text"])
+        return {"text": "done"}
+
+    graph = with_deadlines(_graph(node), timeout=5)
+    hint = rf"'deadline' must be epoch seconds after 2000-01-01.*Deadline\.after\({value!r}\)"
+    with pytest.raises(ValueError, match=hint):
+        graph.invoke({"text": "x", "deadline": value})
+    with pytest.raises(ValueError, match=hint):
+        asyncio.run(graph.ainvoke({"text": "x", "deadline": value}))
+    with pytest.raises(ValueError, match=hint):
+        list(graph.stream({"text": "x", "deadline": value}))
+    assert ran == []  # refused at the entry, not "the deadline had passed before it started"
+
+
 def test_a_resume_with_a_later_deadline_does_not_extend_the_run() -> None:
     def ask(state: State) -> dict[str, Any]:
         return {"text": interrupt("go on?")}
@@ -86,23 +109,27 @@ def test_update_state_cannot_push_a_finished_runs_deadline_back() -> None:
     assert graph.get_state(cfg).values["deadline"] == first
 
 
+T = 1_800_000_000.0  # epoch seconds in 2027: a deadline, not a duration
+
+
 def test_plain_input_brings_every_deadline_back_to_the_limit_a_grant_and_none_included() -> None:
-    assert plain_input({"deadline": 10.0}, limit=5.0) == {"deadline": 5.0}
-    assert plain_input({"deadline": 3.0}, not_after=4.0, limit=5.0) == {"deadline": 3.0}
-    assert plain_input({"deadline": None}, limit=5.0) == {"deadline": 5.0}
-    grant = plain_input({"deadline": Overwrite(10.0)}, not_after=1.0, limit=5.0)["deadline"]
-    assert isinstance(grant, Overwrite) and grant.value == 5.0  # a grant ignores not_after
-    cleared = plain_input(Command(update={"deadline": Overwrite(None)}), limit=5.0).update
-    assert cleared["deadline"].value == 5.0
+    assert plain_input({"deadline": T + 10}, limit=T + 5) == {"deadline": T + 5}
+    assert plain_input({"deadline": T + 3}, not_after=T + 4, limit=T + 5) == {"deadline": T + 3}
+    assert plain_input({"deadline": None}, limit=T + 5) == {"deadline": T + 5}
+    grant = plain_input({"deadline": Overwrite(T + 10)}, not_after=T + 1, limit=T + 5)
+    assert isinstance(grant["deadline"], Overwrite)
+    assert grant["deadline"].value == T + 5  # a grant ignores not_after
+    cleared = plain_input(Command(update={"deadline": Overwrite(None)}), limit=T + 5).update
+    assert cleared["deadline"].value == T + 5
     listed = plain_input(
-        Command(update=[("deadline", 10.0)]), limit=Deadline._at(5.0, SYSTEM_CLOCK)
+        Command(update=[("deadline", T + 10)]), limit=Deadline._at(T + 5, SYSTEM_CLOCK)
     )
-    assert listed.update == [("deadline", 5.0)]
+    assert listed.update == [("deadline", T + 5)]
     assert plain_input({"deadline": None}) == {"deadline": None}  # no limit: no deadline stays
 
 
 def test_entry_input_reads_a_resume_command_as_a_command_not_as_a_state() -> None:
-    resume = Command(resume="y", update={"deadline": 10.0})
-    entered = entry_input(resume, Deadline._at(5.0, SYSTEM_CLOCK), fields=True)
+    resume = Command(resume="y", update={"deadline": T + 10})
+    entered = entry_input(resume, Deadline._at(T + 5, SYSTEM_CLOCK), fields=True)
     assert isinstance(entered, Command) and entered.resume == "y"
-    assert entered.update == {"deadline": 5.0}
+    assert entered.update == {"deadline": T + 5}

@@ -40,10 +40,11 @@ def _record(name: str = "n") -> StepRecord:
 
 def test_deadline_reducer_is_none_aware_and_earliest_wins() -> None:
     assert merge_deadline(None, None) is None
-    assert merge_deadline(None, 5.0) == 5.0
-    assert merge_deadline(5.0, None) == 5.0
-    assert merge_deadline(5.0, 3.0) == 3.0
-    assert merge_deadline(3.0, 5.0) == 3.0
+    early, late = 1_800_000_003.0, 1_800_000_005.0  # epoch seconds
+    assert merge_deadline(None, late) == late
+    assert merge_deadline(late, None) == late
+    assert merge_deadline(late, early) == early
+    assert merge_deadline(early, late) == early
     d = Deadline.after(10)
     assert merge_deadline(None, d) == d.timestamp
 
@@ -168,28 +169,31 @@ def test_sqlite_round_trip_under_strict_msgpack_without_warnings(tmp_path: Any) 
     assert proc.stdout.strip() == "OK", proc.stdout
 
 
+T0 = 1_800_000_000.0  # an epoch second (2027)
+
+
 def test_a_finished_runs_deadline_is_over_and_the_next_one_replaces_it() -> None:
     from langgraph_deadline._graph.state import DeadlineChannel
 
     ch = DeadlineChannel(type(None), merge_deadline)
-    ch.update([100.0])
-    ch.update([200.0])
-    assert ch.get() == 100.0  # within a run: earliest wins
+    ch.update([T0 + 100.0])
+    ch.update([T0 + 200.0])
+    assert ch.get() == T0 + 100.0  # within a run: earliest wins
     assert ch.finish() is True  # the run finished (LangGraph tells the channels)
     assert ch.finish() is False
-    assert ch.get() == 100.0  # still visible
+    assert ch.get() == T0 + 100.0  # still visible
     saved = JsonPlusSerializer().loads_typed(JsonPlusSerializer().dumps_typed(ch.checkpoint()))
-    assert saved == {"at": 100.0, "over": True}
+    assert saved == {"at": T0 + 100.0, "over": True}
     loaded = ch.from_checkpoint(saved)
-    assert loaded.get() == 100.0 and loaded.copy().over
-    loaded.update([300.0])  # the next run's deadline
-    assert loaded.get() == 300.0 and not loaded.over
-    loaded.update([400.0])
-    assert loaded.get() == 300.0
+    assert loaded.get() == T0 + 100.0 and loaded.copy().over
+    loaded.update([T0 + 300.0])  # the next run's deadline
+    assert loaded.get() == T0 + 300.0 and not loaded.over
+    loaded.update([T0 + 400.0])
+    assert loaded.get() == T0 + 300.0
 
 
 def test_an_older_checkpoint_with_a_bare_timestamp_still_loads() -> None:
     from langgraph_deadline._graph.state import DeadlineChannel
 
-    ch = DeadlineChannel(type(None), merge_deadline).from_checkpoint(123.0)
-    assert ch.get() == 123.0 and not ch.over
+    ch = DeadlineChannel(type(None), merge_deadline).from_checkpoint(T0 + 123.0)
+    assert ch.get() == T0 + 123.0 and not ch.over

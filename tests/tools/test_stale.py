@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,50 @@ def test_stale_fallback_serves_the_last_good_answer_marked_stale(slow_server: Sl
     assert other_user.status == "error"  # never another user's cached answer
     other_args = stock.invoke(_call("B2"), user_a)
     assert other_args.status == "error"
-    no_namespace = stock.invoke(_call("A1"))
+    with pytest.warns(UserWarning, match="cache_namespace="):
+        no_namespace = stock.invoke(_call("A1"))
     assert no_namespace.status == "error"  # no user, no thread: nothing cached or served
+
+
+def _quick_cached_tool(**options: Any) -> Any:
+    @deadline_tool(timeout=2.0, read_only=True, cache=InMemoryStaleCache(), **options)
+    def stock(sku: str) -> str:
+        """Stock level for a SKU."""
+        return f"{sku}: 7 in stock"
+
+    return stock
+
+
+def _uncached_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "stale cache of tool" in str(w.message)]
+
+
+@pytest.mark.anyio
+async def test_a_cached_tool_called_without_a_namespace_says_so_once_naming_cache_namespace() -> (
+    None
+):
+    stock = _quick_cached_tool()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stock.invoke(_call("A1"))
+        await stock.ainvoke(_call("B2"))
+        stock.invoke({"sku": "C3"})
+    said = _uncached_warnings(caught)
+    assert len(said) == 1
+    assert "'stock'" in said[0] and "cache_namespace=" in said[0] and "thread_id" in said[0]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _quick_cached_tool().invoke(_call("A1"))  # another tool: said again, once
+    assert len(_uncached_warnings(caught)) == 1
+
+
+def test_a_cached_tool_with_a_thread_or_an_explicit_namespace_says_nothing() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _quick_cached_tool().invoke(_call("A1"), {"configurable": {"thread_id": "t1"}})
+        _quick_cached_tool(cache_namespace="public").invoke(_call("A1"))
+    assert _uncached_warnings(caught) == []
 
 
 def test_store_cache_survives_a_process_restart(tmp_path: Path, slow_server: SlowServer) -> None:
