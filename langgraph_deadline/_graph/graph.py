@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import anyio
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.pregel import Pregel
 from langgraph.types import Command, Overwrite, StateUpdate
 
 from .._core.alarm import RunAlarm
@@ -43,13 +44,13 @@ from .settings import GraphSettings
 from .state import deadline_from_state, fresh_run_update
 from .terminal import emit_run_outcome, final_outcome, raised
 
-__all__ = ["DeadlineGraph"]
+__all__ = ["DeadlineGraph", "DeadlineRuns"]
 
 _IN_FLIGHT = "the run's deadline passed with steps in flight"
 
 
-class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
-    """A compiled graph whose runs each carry one deadline. Made by `with_deadlines`."""
+class DeadlineRuns(Pregel[Any, Any, Any, Any]):
+    """What every `with_deadlines` graph's runs share: one deadline each, and how they end."""
 
     _lgd_settings: GraphSettings
 
@@ -60,15 +61,10 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         self._lgd_settings = GraphSettings() if _lgd_settings is None else _lgd_settings
 
     @classmethod
-    def of(
-        cls, compiled: CompiledStateGraph[Any, Any, Any, Any], settings: GraphSettings
-    ) -> DeadlineGraph:
-        """`compiled`, as a `DeadlineGraph` with `settings`.
-
-        LangGraph 1.2 has no seam for choosing the class `StateGraph.compile` builds; this builds
-        ours from the compiled graph's attributes exactly as LangGraph's own `Pregel.copy` (and so
-        `with_config`) does. `tests/graph/test_seams.py` fails loudly if that ever changes.
-        """
+    def of(cls, compiled: Pregel[Any, Any, Any, Any], settings: GraphSettings) -> Self:
+        """`compiled`, as this class, with `settings`: built from its attributes as LangGraph's
+        own `Pregel.copy` (and so `with_config`) does, since LangGraph 1.2 has no seam for the
+        class `StateGraph.compile` builds. `tests/graph/test_seams.py` fails if that changes."""
         attrs = {k: v for k, v in vars(compiled).items() if k != "__orig_class__"}
         attrs["_lgd_settings"] = settings
         return cls(**attrs)
@@ -338,6 +334,10 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         ):
             result = {**result, "deadline_outcome": outcome}
         return result
+
+
+class DeadlineGraph(DeadlineRuns, CompiledStateGraph[Any, Any, Any, Any]):
+    """A compiled graph whose runs each carry one deadline. Made by `with_deadlines`."""
 
 
 def _ran_out_at_the_end(run: RunTracker) -> bool:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.pregel import Pregel
 
 from .._core.validate import check_cap, check_fits, check_mapping, check_seconds
+from .functional import DeadlineEntrypoint, is_entrypoint, wrap_entrypoint
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
 from .routes import guard_branches
@@ -20,7 +22,8 @@ from .state import DeadlineChannel
 __all__ = ["with_deadlines"]
 
 
-def with_deadlines(
+@overload
+def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a Pregel too
     graph: StateGraph[Any, Any, Any, Any] | CompiledStateGraph[Any, Any, Any, Any],
     *,
     timeout: float | None = None,
@@ -31,7 +34,36 @@ def with_deadlines(
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
-) -> DeadlineGraph:
+) -> DeadlineGraph: ...
+
+
+@overload
+def with_deadlines(
+    graph: Pregel[Any, Any, Any, Any],
+    *,
+    timeout: float | None = None,
+    caps: Mapping[str, float | None] | None = None,
+    min_viable: Mapping[str, float] | None = None,
+    reserve: float = 0.0,
+    default_cap: float | None = None,
+    checkpointer: Any = None,
+    store: Any = None,
+    closing_message: bool = True,
+) -> DeadlineEntrypoint: ...
+
+
+def with_deadlines(
+    graph: StateGraph[Any, Any, Any, Any] | Pregel[Any, Any, Any, Any],
+    *,
+    timeout: float | None = None,
+    caps: Mapping[str, float | None] | None = None,
+    min_viable: Mapping[str, float] | None = None,
+    reserve: float = 0.0,
+    default_cap: float | None = None,
+    checkpointer: Any = None,
+    store: Any = None,
+    closing_message: bool = True,
+) -> DeadlineGraph | DeadlineEntrypoint:
     """Compile `graph` (a `StateGraph` builder or a compiled graph, left untouched) with every
     node budgeted and one deadline per run.
 
@@ -70,6 +102,17 @@ def with_deadlines(
     default_cap_s = check_cap(default_cap, "default_cap")
     caps = dict(check_mapping(caps, "caps"))
     mins = dict(check_mapping(min_viable, "min_viable"))
+    if not isinstance(graph, CompiledStateGraph) and is_entrypoint(graph):
+        return wrap_entrypoint(
+            graph,  # type: ignore[arg-type]
+            timeout=timeout_s,
+            caps=caps,
+            min_viable=mins,
+            reserve=reserve_s,
+            default_cap=default_cap_s,
+            checkpointer=checkpointer,
+            store=store,
+        )
 
     compile_kwargs: dict[str, Any] = {}
     if isinstance(graph, CompiledStateGraph):
@@ -90,7 +133,8 @@ def with_deadlines(
         builder = graph
     else:
         raise TypeError(
-            f"with_deadlines() needs a StateGraph or a compiled graph, got {type(graph).__name__}"
+            "with_deadlines() needs a StateGraph, a compiled graph or an @entrypoint, "
+            f"got {type(graph).__name__}"
         )
     if checkpointer is not None:
         compile_kwargs["checkpointer"] = checkpointer
