@@ -4,17 +4,27 @@ budgeted step, on real entrypoints (in memory and SQLite checkpointers)."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
+import httpx
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint, task
 from langgraph.pregel import Pregel
+from langgraph.types import Command
 
 from langgraph_deadline import (
     DeadlineEntrypoint,
+    DeadlineExceeded,
+    StepRecord,
+    StepStatus,
+    Terminal,
+    deadline_input,
     with_deadlines,
 )
+from langgraph_deadline.testing import SlowServer
 
 MARGIN = 0.5  # generous: a loaded 2-core machine
 
@@ -61,7 +71,9 @@ def test_a_sync_entrypoint_with_time_to_spare_returns_what_it_returns_bare() -> 
     out = graph.invoke([1, 2, 3])
     assert out == sync_main.invoke([1, 2, 3]) == {"doubled": [2, 4, 6], "n": 3}
     assert type(out) is dict
-    assert list(graph.stream([1, 2])) == list(sync_main.stream([1, 2]))
+    ours, bare = list(graph.stream([1, 2])), list(sync_main.stream([1, 2]))
+    assert ours[-1] == bare[-1] == {"sync_main": {"doubled": [2, 4], "n": 2}}
+    assert sorted(map(repr, ours)) == sorted(map(repr, bare))  # parallel tasks: any order
     modes = ["updates", "values", "custom"]
     assert list(graph.stream([1], stream_mode=modes)) == list(
         sync_main.stream([1], stream_mode=modes)
@@ -74,7 +86,8 @@ async def test_an_async_entrypoint_with_time_to_spare_returns_what_it_returns_ba
     out = await graph.ainvoke([1, 2, 3])
     assert out == await async_main.ainvoke([1, 2, 3]) == {"doubled": [2, 4, 6], "n": 3}
     bare = [c async for c in async_main.astream([1, 2])]
-    assert [c async for c in graph.astream([1, 2])] == bare
+    ours = [c async for c in graph.astream([1, 2])]
+    assert sorted(map(repr, ours)) == sorted(map(repr, bare))  # parallel tasks: any order
     assert bare[-1] == {"async_main": {"doubled": [2, 4], "n": 2}}
 
 
@@ -114,3 +127,158 @@ def test_a_checkpointed_entrypoint_keeps_previous_and_returns_final_values() -> 
 def test_what_is_not_a_graph_or_an_entrypoint_is_refused() -> None:
     with pytest.raises(TypeError, match="@entrypoint"):
         with_deadlines(object())  # type: ignore[call-overload]
+
+
+# -- each task call is a step under the run's deadline ---------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_hanging_async_task_is_cut_and_its_socket_closed(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    @task
+    async def fetch(delay: float) -> str:
+        async with httpx.AsyncClient() as client:
+            return (await client.get(slow_server.url(f"/slow?delay={delay}"))).text
+
+    @entrypoint()
+    async def main(delay: float) -> str:
+        return await fetch(delay)
+
+    graph = with_deadlines(main, timeout=0.6)
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineExceeded) as caught:
+        await graph.ainvoke(5.0)
+    assert time.monotonic() - t0 < 0.6 + MARGIN
+    assert caught.value.outcome.terminal is Terminal.DEADLINE_EXCEEDED
+    assert caught.value.outcome.step == "fetch"
+    assert caught.value.state is None  # an entrypoint has no state
+    assert slow_server.wait_disconnected(2.0), "the server never saw the client go away"
+    assert [(r.name, r.kind, r.status) for r in steps if r.name == "fetch"] == [
+        ("fetch", "node", StepStatus.TIMED_OUT)
+    ]
+
+
+def test_a_blocking_sync_task_is_abandoned_and_the_run_returns_on_time(
+    steps: list[StepRecord],
+) -> None:
+    release = threading.Event()
+
+    @task
+    def block() -> str:
+        release.wait(5.0)
+        return "late"
+
+    @entrypoint()
+    def main(_: Any) -> str:
+        return str(block().result())
+
+    graph = with_deadlines(main, timeout=0.5)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(DeadlineExceeded) as caught:
+            graph.invoke(0)
+        assert time.monotonic() - t0 < 0.5 + MARGIN
+    finally:
+        release.set()
+    assert caught.value.outcome.step == "block"
+    cut = [r for r in steps if r.name == "block"]
+    assert [r.status for r in cut] == [StepStatus.ABANDONED]
+
+
+@pytest.mark.anyio
+async def test_a_task_gets_its_cap_and_the_entrypoint_the_runs_deadline(
+    steps: list[StepRecord],
+) -> None:
+    @task
+    async def slow() -> None:
+        await asyncio.sleep(5)
+
+    @entrypoint()
+    async def main(_: int) -> None:
+        await slow()
+
+    graph = with_deadlines(main, timeout=5.0, caps={"slow": 0.3})
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match="slow"):
+        await graph.ainvoke(0)
+    assert time.monotonic() - t0 < 0.3 + MARGIN
+    [record] = [r for r in steps if r.name == "slow"]
+    assert record.status is StepStatus.TIMED_OUT
+    assert record.requested_ms == record.allocated_ms == 300.0
+    assert not record.clamped
+
+
+@pytest.mark.anyio
+async def test_default_cap_bounds_the_tasks_not_the_entrypoint(steps: list[StepRecord]) -> None:
+    @task
+    async def quick(x: int) -> int:
+        await asyncio.sleep(0.01)
+        return x
+
+    @entrypoint()
+    async def main(n: int) -> int:
+        total = 0
+        for i in range(n):  # the whole entrypoint takes longer than default_cap
+            total += await quick(i)
+            await asyncio.sleep(0.1)
+        return total
+
+    graph = with_deadlines(main, timeout=5.0, default_cap=0.2)
+    assert await graph.ainvoke(4) == 6
+    caps = {r.name: r.requested_ms for r in steps}
+    assert caps == {"quick": 200.0, "main": None}
+
+
+@pytest.mark.anyio
+async def test_a_task_below_its_min_viable_does_not_start(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    @task
+    async def fetch() -> str:
+        async with httpx.AsyncClient() as client:
+            return (await client.get(slow_server.url("/slow?delay=0"))).text
+
+    @entrypoint()
+    async def main(_: int) -> str:
+        await asyncio.sleep(0.3)  # spends the run's time before the task
+        return await fetch()
+
+    graph = with_deadlines(main, timeout=0.6, min_viable={"fetch": 0.5})
+    with pytest.raises(DeadlineExceeded) as caught:
+        await graph.ainvoke(0)
+    assert caught.value.outcome.step == "fetch"
+    assert slow_server.requests == []  # no request made
+    assert [r.status for r in steps if r.name == "fetch"] == [StepStatus.SKIPPED]
+
+
+@pytest.mark.anyio
+async def test_parallel_tasks_share_the_deadline_and_the_finished_ones_keep_their_results(
+    steps: list[StepRecord],
+) -> None:
+    calls: list[str] = []
+    hangs = {"b"}
+
+    @task
+    async def fetch(name: str) -> str:
+        calls.append(name)
+        await asyncio.sleep(5 if name in hangs else 0.05)
+        return name.upper()
+
+    @entrypoint(checkpointer=InMemorySaver())
+    async def main(names: list[str]) -> list[str]:
+        futures = [fetch(n) for n in names]
+        return [await f for f in futures]
+
+    graph = with_deadlines(main, timeout=0.6)
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineExceeded):
+        await graph.ainvoke(["a", "b", "c"], _cfg())
+    assert time.monotonic() - t0 < 0.6 + MARGIN
+    statuses = sorted(r.status.value for r in steps if r.name == "fetch")
+    assert statuses == ["completed", "completed", "timed_out"]
+    # Granting time runs the cut task only: the others' results come from the checkpoint.
+    calls.clear()
+    hangs.clear()
+    out = await graph.ainvoke(Command(update=deadline_input(10.0)), _cfg())
+    assert calls == ["b"] and out == ["A", "B", "C"]
