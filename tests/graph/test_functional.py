@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.func import entrypoint, task
 from langgraph.pregel import Pregel
-from langgraph.types import Command
+from langgraph.types import Command, interrupt
 
 from langgraph_deadline import (
     DeadlineEntrypoint,
@@ -282,3 +286,143 @@ async def test_parallel_tasks_share_the_deadline_and_the_finished_ones_keep_thei
     hangs.clear()
     out = await graph.ainvoke(Command(update=deadline_input(10.0)), _cfg())
     assert calls == ["b"] and out == ["A", "B", "C"]
+
+
+# -- checkpoints: a cut task stays unfinished, a resume keeps the run's deadline -------------------
+
+
+@pytest.fixture
+def sqlite_saver(tmp_path: Path) -> Iterator[SqliteSaver]:
+    with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.db")) as saver:
+        yield saver
+
+
+def test_a_cut_sync_task_is_not_saved_as_finished_and_a_grant_reruns_only_it(
+    sqlite_saver: SqliteSaver, steps: list[StepRecord]
+) -> None:
+    calls: list[str] = []
+    release = threading.Event()
+    blocks = {"b"}
+
+    @task
+    def work(name: str) -> str:
+        calls.append(name)
+        if name in blocks:
+            release.wait(5.0)
+        return name.upper()
+
+    @entrypoint(checkpointer=sqlite_saver)
+    def main(names: list[str]) -> list[str]:
+        futures = [work(n) for n in names]
+        return [f.result() for f in futures]
+
+    graph = with_deadlines(main, timeout=0.6)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(DeadlineExceeded) as caught:
+            graph.invoke(["a", "b", "c"], _cfg())
+        assert time.monotonic() - t0 < 0.6 + MARGIN
+    finally:
+        blocks.clear()
+        release.set()  # the abandoned thread ends now; its late result is saved nowhere
+    assert caught.value.outcome.step == "work"
+    statuses = sorted(r.status.value for r in steps if r.name == "work")
+    assert statuses == ["abandoned", "completed", "completed"]
+    assert graph.get_state(_cfg()).next == ("main",)  # the run is not finished
+
+    calls.clear()
+    assert graph.invoke(Command(update=deadline_input(5.0)), _cfg()) == ["A", "B", "C"]
+    assert calls == ["b"]
+    assert graph.get_state(_cfg()).next == ()
+
+
+def _ask_between(calls: list[str], saver: Any) -> Any:
+    """An entrypoint that runs a task, asks a human, then runs a task named by the answer (an
+    answer "hang" hangs)."""
+
+    @task
+    async def work(name: str) -> str:
+        calls.append(name)
+        await asyncio.sleep(5 if name == "hang" else 0)
+        return name.upper()
+
+    @entrypoint(checkpointer=saver)
+    async def main(first: str) -> list[str]:
+        done = await work(first)
+        answer = interrupt("go on?")
+        return [done, await work(answer)]
+
+    return main
+
+
+@pytest.mark.anyio
+async def test_a_resume_keeps_the_first_runs_deadline(tmp_path: Path) -> None:
+    calls: list[str] = []
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "c.db")) as saver:
+        graph = with_deadlines(_ask_between(calls, saver), timeout=0.6)
+        t0 = time.monotonic()
+        paused = await graph.ainvoke("a", _cfg())
+        assert "__interrupt__" in paused
+        with pytest.raises(DeadlineExceeded) as caught:
+            await graph.ainvoke(Command(resume="hang"), _cfg())
+        assert time.monotonic() - t0 < 0.6 + MARGIN  # the first run's 0.6 s, not a fresh one
+        assert caught.value.outcome.step == "work"
+        assert calls == ["a", "hang"]  # the first task's result came from the checkpoint
+
+
+@pytest.mark.anyio
+async def test_a_resume_after_the_deadline_does_not_start_and_a_grant_goes_on(
+    tmp_path: Path,
+) -> None:
+    calls: list[str] = []
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "c.db")) as saver:
+        graph = with_deadlines(_ask_between(calls, saver), timeout=0.3)
+        await graph.ainvoke("a", _cfg())
+        await asyncio.sleep(0.4)
+        with pytest.raises(DeadlineExceeded, match="resumed after") as caught:
+            await graph.ainvoke(Command(resume="b"), _cfg())
+        assert caught.value.outcome.step == "main"
+        assert calls == ["a"]  # nothing was run
+        assert (await graph.aget_state(_cfg())).next == ("main",)  # still paused
+
+        out = await graph.ainvoke(Command(resume="b", update=deadline_input(5.0)), _cfg())
+        assert out == ["A", "B"]
+        assert calls == ["a", "b"]
+
+
+def test_a_sync_resume_after_the_deadline_does_not_start(sqlite_saver: SqliteSaver) -> None:
+    calls: list[str] = []
+
+    @task
+    def work(name: str) -> str:
+        calls.append(name)
+        return name
+
+    @entrypoint(checkpointer=sqlite_saver)
+    def main(first: str) -> list[str]:
+        return [work(first).result(), work(interrupt("go on?")).result()]
+
+    graph = with_deadlines(main, timeout=0.3)
+    assert "__interrupt__" in graph.invoke("a", _cfg())
+    time.sleep(0.4)
+    with pytest.raises(DeadlineExceeded, match="resumed after"):
+        graph.invoke(Command(resume="b"), _cfg())
+    with pytest.raises(DeadlineExceeded, match="resumed after"):
+        next(iter(graph.stream(Command(resume="b"), _cfg())))
+    assert calls == ["a"]
+
+
+@pytest.mark.anyio
+async def test_an_interrupt_inside_a_task_pauses_the_run() -> None:
+    @task
+    async def ask() -> str:
+        return str(interrupt("name?"))
+
+    @entrypoint(checkpointer=InMemorySaver())
+    async def main(_: int) -> str:
+        return "hello " + await ask()
+
+    graph = with_deadlines(main, timeout=5.0)
+    paused = await graph.ainvoke(0, _cfg())
+    assert "__interrupt__" in paused
+    assert await graph.ainvoke(Command(resume="Ada"), _cfg()) == "hello Ada"
