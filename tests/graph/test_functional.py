@@ -12,12 +12,13 @@ from typing import Any
 
 import httpx
 import pytest
+from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.func import entrypoint, task
 from langgraph.pregel import Pregel
-from langgraph.types import Command, interrupt
+from langgraph.types import CachePolicy, Command, RetryPolicy, interrupt
 
 from langgraph_deadline import (
     DeadlineEntrypoint,
@@ -426,3 +427,146 @@ async def test_an_interrupt_inside_a_task_pauses_the_run() -> None:
     paused = await graph.ainvoke(0, _cfg())
     assert "__interrupt__" in paused
     assert await graph.ainvoke(Command(resume="Ada"), _cfg()) == "hello Ada"
+
+
+# -- the entrypoint is a step too; tasks keep what LangGraph gives them ---------------------------
+
+
+@pytest.mark.anyio
+async def test_the_entrypoint_itself_is_cut_at_the_runs_deadline(steps: list[StepRecord]) -> None:
+    @entrypoint()
+    async def main(delay: float) -> float:
+        await asyncio.sleep(delay)  # no task: the entrypoint's own body runs out
+        return delay
+
+    graph = with_deadlines(main, timeout=0.3)
+    for run in (graph.ainvoke(5.0), _last(graph.astream(5.0))):
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceeded) as caught:
+            await run
+        assert time.monotonic() - t0 < 0.3 + MARGIN
+        assert caught.value.outcome.step == "main"
+    assert [r.status for r in steps] == [StepStatus.TIMED_OUT, StepStatus.TIMED_OUT]
+
+
+async def _last(stream: Any) -> Any:
+    return [chunk async for chunk in stream][-1]
+
+
+def test_a_sync_stream_ends_with_deadline_exceeded_after_the_finished_tasks_chunks() -> None:
+    release = threading.Event()
+
+    @task
+    def work(name: str) -> str:
+        if name == "slow":
+            release.wait(5.0)
+        return name
+
+    @entrypoint()
+    def main(names: list[str]) -> list[str]:
+        return [work(n).result() for n in names]
+
+    graph = with_deadlines(main, timeout=0.4)
+    chunks: list[Any] = []
+    try:
+        with pytest.raises(DeadlineExceeded) as caught:
+            chunks.extend(_noted(graph.stream(["a", "slow"]), chunks))
+    finally:
+        release.set()
+    assert chunks == [{"work": "a"}]
+    assert caught.value.outcome.step == "work"
+
+
+def _noted(stream: Iterator[Any], chunks: list[Any]) -> list[Any]:
+    for chunk in stream:
+        chunks.append(chunk)  # kept as they come: the stream ends by raising
+    return []
+
+
+@pytest.mark.anyio
+async def test_tasks_called_by_tasks_are_budgeted_too(steps: list[StepRecord]) -> None:
+    @task
+    async def inner(delay: float) -> float:
+        await asyncio.sleep(delay)
+        return delay
+
+    @task
+    async def outer(delay: float) -> float:
+        return await inner(delay)
+
+    @entrypoint()
+    async def main(delay: float) -> float:
+        return await outer(delay)
+
+    graph = with_deadlines(main, timeout=5.0, caps={"inner": 0.2})
+    assert await graph.ainvoke(0.01) == 0.01
+    with pytest.raises(DeadlineExceeded) as caught:
+        await graph.ainvoke(5.0)
+    assert caught.value.outcome.step == "inner"
+    assert [(r.name, r.status.value) for r in steps][-1] == ("inner", "timed_out")
+
+
+@pytest.mark.anyio
+async def test_a_tasks_retry_that_cannot_fit_is_not_waited_for(steps: list[StepRecord]) -> None:
+    attempts: list[int] = []
+    policy = RetryPolicy(
+        max_attempts=50, initial_interval=0.2, backoff_factor=1.0, jitter=False, retry_on=ValueError
+    )
+
+    @task(retry_policy=policy)
+    async def flaky() -> None:
+        attempts.append(1)
+        await asyncio.sleep(0.1)
+        raise ValueError("upstream down")
+
+    @entrypoint()
+    async def main(_: int) -> None:
+        await flaky()
+
+    graph = with_deadlines(main, timeout=1.0, min_viable={"flaky": 0.1})
+    with pytest.raises(DeadlineExceeded, match="retry would not fit"):
+        await graph.ainvoke(0)
+    assert 2 <= len(attempts) <= 4  # never 50
+    assert [r.attempt for r in steps if r.name == "flaky"] == list(range(1, len(attempts) + 1))
+
+
+@pytest.mark.anyio
+async def test_a_named_task_is_budgeted_by_its_name_and_cached_as_it_is_bare() -> None:
+    calls: list[int] = []
+
+    async def body(x: int) -> int:
+        calls.append(x)
+        await asyncio.sleep(x)
+        return x
+
+    renamed = task(name="lookup", cache_policy=CachePolicy())(body)
+
+    @entrypoint(cache=InMemoryCache())
+    async def main(x: int) -> list[int]:
+        return [await renamed(x), await renamed(x)]
+
+    graph = with_deadlines(main, timeout=5.0, caps={"lookup": 0.2})
+    assert await graph.ainvoke(0) == [0, 0]
+    assert await main.ainvoke(0) == [0, 0]  # the same cache entry, bare or wrapped
+    assert calls == [0]
+    with pytest.raises(DeadlineExceeded, match="lookup"):
+        await graph.ainvoke(1)
+
+
+@pytest.mark.anyio
+async def test_a_caller_that_cancels_gets_its_cancellation(steps: list[StepRecord]) -> None:
+    @task
+    async def slow() -> None:
+        await asyncio.sleep(5)
+
+    @entrypoint()
+    async def main(_: int) -> None:
+        await slow()
+
+    graph = with_deadlines(main, timeout=5.0)
+    run = asyncio.ensure_future(graph.ainvoke(0))
+    await asyncio.sleep(0.2)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert StepStatus.CANCELLED in {r.status for r in steps if r.name == "slow"}
