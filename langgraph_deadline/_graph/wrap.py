@@ -64,8 +64,8 @@ def with_deadlines(
     store: Any = None,
     closing_message: bool = True,
 ) -> DeadlineGraph | DeadlineEntrypoint:
-    """Compile `graph` (a `StateGraph` builder or a compiled graph, left untouched) with every
-    node budgeted and one deadline per run.
+    """Compile `graph` (a `StateGraph` builder, a compiled graph or an `@entrypoint`, left
+    untouched) with every node budgeted and one deadline per run.
 
     Each run's deadline is the earliest of: the input's `deadline`, the deadline in context
     (`deadline_scope` around the call) and `timeout` seconds from the call. An input that is a
@@ -88,12 +88,20 @@ def with_deadlines(
     messages state gets a short assistant reply saying the answer is incomplete
     (`closing_message=False` leaves it out).
 
+    An `@entrypoint` (Functional API) gives a `DeadlineEntrypoint`: the entrypoint and each
+    `@task` call are steps, `caps` and `min_viable` by task name (or the entrypoint's),
+    `default_cap` for tasks. With time to spare it returns what the entrypoint returns; a run
+    that ends early raises `DeadlineExceeded` (`.state` None). A cut task is not saved as
+    finished: `Command(update=deadline_input(s))` runs only the unfinished tasks again. Its input
+    is the entrypoint's argument, never read for a deadline (docs/howto/wrap-a-graph.md).
+
     Raises:
-        ValueError: a name in `caps` or `min_viable` is not a node; a bad number; settings that
-            cannot fit (`reserve >= timeout`, a `min_viable` above `timeout` less `reserve`); a
+        ValueError: a name in `caps` or `min_viable` is not a node (task names, known only
+            once called, are not checked); a bad number; settings that cannot fit
+            (`reserve >= timeout`, a `min_viable` above `timeout` less `reserve`); a
             state field named `deadline` that is not the run's deadline (a due date of your own).
-        TypeError: `graph` is not a `StateGraph` or a compiled one; `caps` or `min_viable` is
-            not a mapping.
+        TypeError: `graph` is not a `StateGraph`, a compiled one or an `@entrypoint`; `caps` or
+            `min_viable` is not a mapping.
     """
     if not isinstance(closing_message, bool):
         raise TypeError(f"closing_message must be a bool, got {closing_message!r}")

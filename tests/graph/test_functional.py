@@ -16,6 +16,7 @@ from langgraph.cache.memory import InMemoryCache
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.errors import NodeTimeoutError
 from langgraph.func import entrypoint, task
 from langgraph.pregel import Pregel
 from langgraph.types import CachePolicy, Command, RetryPolicy, interrupt
@@ -27,6 +28,7 @@ from langgraph_deadline import (
     StepStatus,
     Terminal,
     deadline_input,
+    terminal_of,
     with_deadlines,
 )
 from langgraph_deadline.testing import SlowServer
@@ -570,3 +572,41 @@ async def test_a_caller_that_cancels_gets_its_cancellation(steps: list[StepRecor
     with pytest.raises(asyncio.CancelledError):
         await run
     assert StepStatus.CANCELLED in {r.status for r in steps if r.name == "slow"}
+
+
+@pytest.mark.anyio
+async def test_a_tasks_own_timeout_policy_fires_as_langgraphs(steps: list[StepRecord]) -> None:
+    @task(timeout=0.1)
+    async def short() -> None:
+        await asyncio.sleep(2)
+
+    @entrypoint()
+    async def main(_: int) -> None:
+        await short()
+
+    graph = with_deadlines(main, timeout=5.0)
+    with pytest.raises(NodeTimeoutError) as caught:
+        await graph.ainvoke(0)
+    assert terminal_of(caught.value) is Terminal.DEADLINE_EXCEEDED
+    assert [r.status for r in steps if r.name == "short"] == [StepStatus.CANCELLED]
+
+
+@pytest.mark.anyio
+async def test_an_entrypoint_that_catches_the_drain_still_ends_the_run() -> None:
+    @task
+    async def slow() -> None:
+        await asyncio.sleep(2)
+
+    @entrypoint(checkpointer=InMemorySaver())
+    async def main(_: int) -> str:
+        try:
+            await slow()
+        except Exception as exc:  # what the docs say not to do
+            return f"caught {type(exc).__name__}"
+        return "done"
+
+    graph = with_deadlines(main, timeout=0.3)
+    with pytest.raises(DeadlineExceeded) as caught:
+        await graph.ainvoke(0, _cfg())
+    assert caught.value.outcome.step == "slow"
+    assert (await graph.aget_state(_cfg())).values == "caught GraphDrained"
