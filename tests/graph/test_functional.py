@@ -28,6 +28,7 @@ from langgraph_deadline import (
     StepStatus,
     Terminal,
     deadline_input,
+    deadline_scope,
     terminal_of,
     with_deadlines,
 )
@@ -610,3 +611,59 @@ async def test_an_entrypoint_that_catches_the_drain_still_ends_the_run() -> None
         await graph.ainvoke(0, _cfg())
     assert caught.value.outcome.step == "slow"
     assert (await graph.aget_state(_cfg())).values == "caught GraphDrained"
+
+
+def test_a_deadline_scope_around_the_call_is_the_runs_deadline() -> None:
+    release = threading.Event()
+
+    @task
+    def block() -> None:
+        release.wait(5.0)
+
+    @entrypoint()
+    def main(_: int) -> None:
+        block().result()
+
+    graph = with_deadlines(main)  # no timeout of its own
+    t0 = time.monotonic()
+    try:
+        with deadline_scope(0.4), pytest.raises(DeadlineExceeded):
+            graph.invoke(0)
+        assert time.monotonic() - t0 < 0.4 + MARGIN
+    finally:
+        release.set()
+
+
+@pytest.mark.anyio
+async def test_a_sync_entrypoint_under_ainvoke_with_a_checkpointer_given_to_with_deadlines(
+    steps: list[StepRecord],
+) -> None:
+    calls: list[str] = []
+    release = threading.Event()
+    blocks = {"b"}
+
+    @task
+    def work(name: str) -> str:
+        calls.append(name)
+        if name in blocks:
+            release.wait(5.0)
+        return name
+
+    @entrypoint()
+    def main(names: list[str]) -> list[str]:
+        futures = [work(n) for n in names]
+        return [f.result() for f in futures]
+
+    graph = with_deadlines(main, timeout=0.5, checkpointer=InMemorySaver())
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(DeadlineExceeded):
+            await graph.ainvoke(["a", "b"], _cfg())
+        assert time.monotonic() - t0 < 0.5 + MARGIN
+    finally:
+        blocks.clear()
+        release.set()
+    assert StepStatus.ABANDONED in {r.status for r in steps if r.name == "work"}
+    calls.clear()
+    assert await graph.ainvoke(Command(update=deadline_input(5.0)), _cfg()) == ["a", "b"]
+    assert calls == ["b"]
