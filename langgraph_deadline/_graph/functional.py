@@ -132,8 +132,10 @@ def wrap_entrypoint(
     needs = {f"min_viable[{k!r}]": v + reserve for k, v in min_viable.items()}
     check_fits(timeout, reserve=reserve, needs=needs)
     [(name, node)] = graph.nodes.items()
-    tasks = TaskBudgets(caps=caps, min_viable=min_viable, default_cap=default_cap)
-    step = NodeStep(name, NodeSettings(cap=caps.get(name), min_viable=min_viable.get(name, 0.0)))
+    retry = graph.retry_policy or None  # the entrypoint's, and its tasks' without their own
+    tasks = TaskBudgets(caps=caps, min_viable=min_viable, default_cap=default_cap, retry=retry)
+    mine = NodeSettings(cap=caps.get(name), min_viable=min_viable.get(name, 0.0), retry=retry)
+    step = NodeStep(name, mine)
     update: dict[str, Any] = {
         "nodes": {name: node.copy({"bound": _EntryStep(node.bound, step, tasks)})}
     }

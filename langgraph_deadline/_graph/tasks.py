@@ -17,24 +17,23 @@ from typing import Any
 
 from langgraph.config import get_config
 
-from .seams import as_task, is_async_task, scheduling_with
+from .seams import as_task, is_async_task, scheduling_with, task_name
 from .settings import NodeSettings
 from .step import NodeStep
 
 __all__ = ["TaskBudgets", "kept", "akept"]
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(frozen=True, slots=True)
 class TaskBudgets:
     """How an entrypoint's tasks are budgeted: a cap and a `min_viable` per task name, and the
-    cap of the tasks not named. Knows each task body it wrapped (one wrapper per body)."""
+    cap of the tasks not named; a task's retries as LangGraph's (its own policy, else the
+    entrypoint's)."""
 
     caps: Mapping[str, float | None]
     min_viable: Mapping[str, float]
     default_cap: float | None = None
-    _wrapped: dict[tuple[Any, int], tuple[Any, Callable[..., Any]]] = dataclasses.field(
-        default_factory=dict
-    )
+    retry: Any = None  # the entrypoint's RetryPolicy: LangGraph's for tasks without their own
 
     def scheduler(self, schedule: Callable[..., Any]) -> Callable[..., Any]:
         """LangGraph's task scheduler, scheduling each task with its body budgeted."""
@@ -45,20 +44,16 @@ class TaskBudgets:
         return budgeted_schedule
 
     def body(self, func: Callable[..., Any], retry: Any) -> Callable[..., Any]:
-        """`func`, a task's body, as a budgeted step (the same wrapper for the same body)."""
-        key = (func, id(retry))
-        known = self._wrapped.get(key)
-        if known is not None:
-            return known[1]
-        name = getattr(func, "__name__", None) or type(func).__name__
+        """`func`, a task's body, as a budgeted step. Made for each call: LangGraph builds the
+        task's runnable for each call of a body it cannot find in its module (as this one), and
+        a wrapper kept per body would keep every task ever called (tasks made per run too)."""
+        name = task_name(func)
         settings = NodeSettings(
             cap=self.caps.get(name, self.default_cap),
             min_viable=self.min_viable.get(name, 0.0),
-            retry=retry or None,
+            retry=retry or self.retry,  # a retry that cannot fit is not waited for
         )
-        wrapper = _budgeted(func, NodeStep(name, settings), self)
-        self._wrapped[key] = (retry, wrapper)  # `retry` kept alive: its id stays its own
-        return wrapper
+        return _budgeted(func, NodeStep(name, settings), self)
 
 
 def _budgeted(func: Callable[..., Any], step: NodeStep, tasks: TaskBudgets) -> Callable[..., Any]:

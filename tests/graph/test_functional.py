@@ -667,3 +667,26 @@ async def test_a_sync_entrypoint_under_ainvoke_with_a_checkpointer_given_to_with
     calls.clear()
     assert await graph.ainvoke(Command(update=deadline_input(5.0)), _cfg()) == ["a", "b"]
     assert calls == ["b"]
+
+
+@pytest.mark.anyio
+async def test_the_entrypoints_retry_policy_is_the_tasks_without_one() -> None:
+    attempts: list[int] = []
+    policy = RetryPolicy(
+        max_attempts=50, initial_interval=0.2, backoff_factor=1.0, jitter=False, retry_on=ValueError
+    )
+
+    @task
+    async def flaky() -> None:
+        attempts.append(1)
+        await asyncio.sleep(0.1)
+        raise ValueError("upstream down")
+
+    @entrypoint(retry_policy=policy)
+    async def main(_: int) -> None:
+        await flaky()
+
+    graph = with_deadlines(main, timeout=1.0, min_viable={"flaky": 0.1})
+    with pytest.raises(DeadlineExceeded, match="retry would not fit"):
+        await graph.ainvoke(0)
+    assert 2 <= len(attempts) <= 4  # never 50
