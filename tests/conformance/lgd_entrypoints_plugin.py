@@ -5,7 +5,10 @@ the bare one). Not collected here; loaded into LangGraph's suite from its sdist:
     cd langgraph-1.2.24 && NO_DOCKER=true PYTHONPATH=<this folder>:<repo> \\
         python -m pytest -p lgd_entrypoints_plugin tests/test_pregel.py tests/test_pregel_async.py
 
-(docs/integrations.md says which of its tests were run and what they found.)
+Its conftest imports `redis` and `pytest_mock`: where they are not installed, empty stand-ins
+(a `redis` package with a `Redis` class, a `pytest_mock` one with `MockerFixture`) on the
+`PYTHONPATH` let it load; the cases that need them then error. docs/integrations.md says which
+of its tests were run and what they found.
 """
 
 from __future__ import annotations
