@@ -380,9 +380,9 @@ async def test_a_resume_after_the_deadline_does_not_start_and_a_grant_goes_on(
 ) -> None:
     calls: list[str] = []
     async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "c.db")) as saver:
-        graph = with_deadlines(_ask_between(calls, saver), timeout=0.3)
+        graph = with_deadlines(_ask_between(calls, saver), timeout=0.6)
         await graph.ainvoke("a", _cfg())
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(0.7)
         with pytest.raises(DeadlineExceeded, match="resumed after") as caught:
             await graph.ainvoke(Command(resume="b"), _cfg())
         assert caught.value.outcome.step == "main"
@@ -406,9 +406,9 @@ def test_a_sync_resume_after_the_deadline_does_not_start(sqlite_saver: SqliteSav
     def main(first: str) -> list[str]:
         return [work(first).result(), work(interrupt("go on?")).result()]
 
-    graph = with_deadlines(main, timeout=0.3)
+    graph = with_deadlines(main, timeout=0.6)
     assert "__interrupt__" in graph.invoke("a", _cfg())
-    time.sleep(0.4)
+    time.sleep(0.7)
     with pytest.raises(DeadlineExceeded, match="resumed after"):
         graph.invoke(Command(resume="b"), _cfg())
     with pytest.raises(DeadlineExceeded, match="resumed after"):
@@ -558,8 +558,11 @@ async def test_a_named_task_is_budgeted_by_its_name_and_cached_as_it_is_bare() -
 
 @pytest.mark.anyio
 async def test_a_caller_that_cancels_gets_its_cancellation(steps: list[StepRecord]) -> None:
+    started = asyncio.Event()
+
     @task
     async def slow() -> None:
+        started.set()
         await asyncio.sleep(5)
 
     @entrypoint()
@@ -568,7 +571,7 @@ async def test_a_caller_that_cancels_gets_its_cancellation(steps: list[StepRecor
 
     graph = with_deadlines(main, timeout=5.0)
     run = asyncio.ensure_future(graph.ainvoke(0))
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(started.wait(), 3.0)
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
