@@ -136,9 +136,8 @@ def wrap_entrypoint(
     tasks = TaskBudgets(caps=caps, min_viable=min_viable, default_cap=default_cap, retry=retry)
     mine = NodeSettings(cap=caps.get(name), min_viable=min_viable.get(name, 0.0), retry=retry)
     step = NodeStep(name, mine)
-    update: dict[str, Any] = {
-        "nodes": {name: node.copy({"bound": _EntryStep(node.bound, step, tasks)})}
-    }
+    bound = node.bound._bound if isinstance(node.bound, _EntryStep) else node.bound  # rewrapped
+    update: dict[str, Any] = {"nodes": {name: node.copy({"bound": _EntryStep(bound, step, tasks)})}}
     if checkpointer is not None:
         update["checkpointer"] = checkpointer
     if store is not None:

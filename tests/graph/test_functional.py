@@ -693,3 +693,20 @@ async def test_the_entrypoints_retry_policy_is_the_tasks_without_one() -> None:
     with pytest.raises(DeadlineExceeded, match="retry would not fit"):
         await graph.ainvoke(0)
     assert 2 <= len(attempts) <= 4  # never 50
+
+
+@pytest.mark.anyio
+async def test_wrapping_an_entrypoint_again_replaces_its_settings(steps: list[StepRecord]) -> None:
+    @task
+    async def slow() -> None:
+        await asyncio.sleep(5)
+
+    @entrypoint()
+    async def main(_: int) -> None:
+        await slow()
+
+    once = with_deadlines(main, timeout=5.0, caps={"slow": 5.0})
+    twice = with_deadlines(once, timeout=5.0, caps={"slow": 0.2})
+    with pytest.raises(DeadlineExceeded):
+        await twice.ainvoke(0)
+    assert [(r.name, r.requested_ms) for r in steps if r.name == "slow"] == [("slow", 200.0)]
