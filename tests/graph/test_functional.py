@@ -710,3 +710,22 @@ async def test_wrapping_an_entrypoint_again_replaces_its_settings(steps: list[St
     with pytest.raises(DeadlineExceeded):
         await twice.ainvoke(0)
     assert [(r.name, r.requested_ms) for r in steps if r.name == "slow"] == [("slow", 200.0)]
+
+
+def test_the_entrypoint_below_its_min_viable_does_not_start(steps: list[StepRecord]) -> None:
+    ran: list[int] = []
+
+    @entrypoint()
+    def main(x: int) -> int:
+        ran.append(x)
+        return x
+
+    with pytest.raises(ValueError, match="min_viable"):
+        with_deadlines(main, timeout=0.5, min_viable={"main": 1.0})  # can never fit
+    graph = with_deadlines(main, min_viable={"main": 1.0})
+    with deadline_scope(0.5), pytest.raises(DeadlineExceeded) as caught:
+        graph.invoke(1)
+    assert caught.value.outcome.step == "main"
+    assert ran == []
+    assert [r.status for r in steps] == [StepStatus.SKIPPED]
+    assert graph.invoke(2) == 2  # no deadline at all: it runs
