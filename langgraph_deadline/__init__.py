@@ -15,6 +15,7 @@ from ._core.observe import set_default_factory as _set_default_factory
 from ._core.records import Outcome, StepRecord, StepStatus, Terminal
 from ._core.timeouts import ToolTimeout, timeout_message
 from ._graph.forms import DeadlineDataclass, DeadlineModel
+from ._graph.functional import DeadlineEntrypoint
 from ._graph.graph import DeadlineGraph
 from ._graph.node import budgeted
 from ._graph.state import DeadlineState, deadline_input
@@ -32,6 +33,7 @@ __all__ = [
     "Clock",
     "Deadline",
     "DeadlineDataclass",
+    "DeadlineEntrypoint",
     "DeadlineExceeded",
     "DeadlineGraph",
     "DeadlineModel",

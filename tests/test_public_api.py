@@ -10,6 +10,7 @@ DOCUMENTED = {
     "Deadline",
     "DeadlineExceeded",
     "DeadlineGraph",
+    "DeadlineEntrypoint",
     "DeadlineState",
     "DeadlineModel",
     "DeadlineDataclass",

@@ -22,7 +22,7 @@ from .state import RUN_OVER
 from .terminal import emit_run_outcome, exceeded, outcome_from
 
 if TYPE_CHECKING:
-    from .graph import DeadlineGraph
+    from .graph import DeadlineRuns
 
 __all__ = [
     "afinal_state",
@@ -38,7 +38,7 @@ log = logging.getLogger("langgraph_deadline")
 _PERSIST = "langgraph_deadline: write the outcome"
 
 
-def too_late(graph: DeadlineGraph, run: RunTracker, input: Any) -> Any:
+def too_late(graph: DeadlineRuns, run: RunTracker, input: Any) -> Any:
     """A new run whose deadline had passed before it started does not start: no node runs,
     nothing is written (a checkpoint stays as it was). Returns what the caller gets (graphs
     without deadline fields raise), or None to go on."""
@@ -56,7 +56,7 @@ def too_late(graph: DeadlineGraph, run: RunTracker, input: Any) -> Any:
         {k: v for k, v in input.items() if k not in _FIELDS} if isinstance(input, Mapping) else {}
     )
     if not graph.deadline_settings.has_fields:
-        raise exceeded(outcome, d, state)
+        raise exceeded(outcome, d, state if graph.deadline_settings.has_state else None)
     return {**state, "deadline": d.timestamp, "deadline_outcome": outcome, "deadline_trace": []}
 
 
@@ -87,7 +87,9 @@ def _persist_control() -> RunControl:
     return control
 
 
-def _read(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
+def _read(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
+    if not graph.deadline_settings.has_state:
+        return None
     if not saved(graph, cfg):
         return run.latest
     try:
@@ -96,7 +98,9 @@ def _read(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
         return run.latest
 
 
-async def _aread(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
+async def _aread(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
+    if not graph.deadline_settings.has_state:
+        return None
     if not saved(graph, cfg):
         return run.latest
     try:
@@ -105,7 +109,7 @@ async def _aread(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> 
         return run.latest
 
 
-def _write(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) -> None:
+def _write(graph: DeadlineRuns, cfg: RunnableConfig, update: dict[str, Any]) -> None:
     if not (update and saved(graph, cfg)):
         return
     with _writing():
@@ -116,7 +120,7 @@ def _write(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) ->
             pass
 
 
-async def _awrite(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) -> None:
+async def _awrite(graph: DeadlineRuns, cfg: RunnableConfig, update: dict[str, Any]) -> None:
     if not (update and saved(graph, cfg)):
         return
     with _writing():
@@ -138,7 +142,7 @@ def _writing() -> Iterator[None]:
         log.warning("could not write the deadline outcome to the checkpoint", exc_info=True)
 
 
-def final_state(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig, why: str | None) -> Any:
+def final_state(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, why: str | None) -> Any:
     """The state a run that ended early returns (see `assemble`). With a checkpointer the latest
     state is read from it (it holds the results of the steps that finished in the cut
     superstep), and the outcome, the records and the reply are written to it."""
@@ -150,7 +154,7 @@ def final_state(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig, why:
 
 
 async def afinal_state(
-    graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig, why: str | None
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, why: str | None
 ) -> Any:
     """`final_state`, reading and writing the checkpoint asynchronously."""
     state, update = assemble(graph, run, await _aread(graph, run, cfg), why)
@@ -160,14 +164,14 @@ async def afinal_state(
     return _returned(graph, run, state)
 
 
-def keep_records(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
+def keep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> None:
     """A run that failed (an error that is not the deadline's): its step records are written to
     the checkpoint, its pending steps left as they are for a resume after a fix."""
     if graph.deadline_settings.has_fields and saved(graph, cfg) and run.records:
         _write(graph, cfg, _records_update(run, _read(graph, run, cfg)))
 
 
-async def akeep_records(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
+async def akeep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> None:
     """`keep_records`, asynchronously."""
     if graph.deadline_settings.has_fields and saved(graph, cfg) and run.records:
         await _awrite(graph, cfg, _records_update(run, await _aread(graph, run, cfg)))
@@ -186,15 +190,17 @@ def _records_update(run: RunTracker, latest: Any) -> dict[str, Any]:
     return {"deadline_trace": [r.to_dict() for r in missing]} if missing else {}
 
 
-def _returned(graph: DeadlineGraph, run: RunTracker, state: dict[str, Any]) -> Any:
+def _returned(graph: DeadlineRuns, run: RunTracker, state: dict[str, Any]) -> Any:
     if not graph.deadline_settings.has_fields:
         assert run.outcome is not None  # set by `assemble`
-        raise exceeded(run.outcome, run.deadline, state)
+        raise exceeded(
+            run.outcome, run.deadline, state if graph.deadline_settings.has_state else None
+        )
     return state
 
 
 def assemble(
-    graph: DeadlineGraph, run: RunTracker, latest: Any, why: str | None
+    graph: DeadlineRuns, run: RunTracker, latest: Any, why: str | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The state a run that ended early returns, and the update that brings its checkpoint
     there: the run's outcome, every step record of the run, and (with a `reserve`, for a

@@ -10,13 +10,14 @@ import asyncio
 import contextlib
 import copy
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import anyio
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.graph import Graph
 from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.pregel import Pregel
 from langgraph.types import Command, Overwrite, StateUpdate
 
 from .._core.alarm import RunAlarm
@@ -43,7 +44,7 @@ from .settings import GraphSettings
 from .state import fresh_run_update
 from .terminal import emit_run_outcome, final_outcome, raised
 
-__all__ = ["DeadlineGraph"]
+__all__ = ["DeadlineGraph", "DeadlineRuns"]
 
 _IN_FLIGHT = "the run's deadline passed with steps in flight"
 _KEPT = ("_output_mapper", "_state_mapper", "_serde_allowlist")
@@ -51,8 +52,8 @@ _KEPT = ("_output_mapper", "_state_mapper", "_serde_allowlist")
 pydantic or dataclass type, and the strict-msgpack allowlist of the state's types."""
 
 
-class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
-    """A compiled graph whose runs each carry one deadline. Made by `with_deadlines`."""
+class DeadlineRuns(Pregel[Any, Any, Any, Any]):
+    """What every `with_deadlines` graph's runs share: one deadline each, and how they end."""
 
     _lgd_settings: GraphSettings
 
@@ -63,25 +64,20 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         self._lgd_settings = GraphSettings() if _lgd_settings is None else _lgd_settings
 
     @classmethod
-    def of(
-        cls, compiled: CompiledStateGraph[Any, Any, Any, Any], settings: GraphSettings
-    ) -> DeadlineGraph:
-        """`compiled`, as a `DeadlineGraph` with `settings`.
-
-        LangGraph 1.2 has no seam for choosing the class `StateGraph.compile` builds; this builds
-        ours from the compiled graph's attributes exactly as LangGraph's own `Pregel.copy` (and so
-        `with_config`) does. `tests/graph/test_seams.py` fails loudly if that ever changes.
-        """
+    def of(cls, compiled: Pregel[Any, Any, Any, Any], settings: GraphSettings) -> Self:
+        """`compiled`, as this class, with `settings`: built from its attributes as LangGraph's
+        own `Pregel.copy` (and so `with_config`) does, since LangGraph 1.2 has no seam for the
+        class `StateGraph.compile` builds. `tests/graph/test_seams.py` fails if that changes."""
         attrs = {k: v for k, v in vars(compiled).items() if k != "__orig_class__"}
         attrs["_lgd_settings"] = settings
         return cls(**attrs)._keep(compiled)
 
-    def copy(self, update: dict[str, Any] | None = None) -> DeadlineGraph:
+    def copy(self, update: dict[str, Any] | None = None) -> Self:
         """Like `Pregel.copy` (so `with_config`), keeping what `compile` set after the graph
         was made (`_KEPT`), which LangGraph's own copy leaves behind."""
         return super().copy(update)._keep(self)
 
-    def _keep(self, source: CompiledStateGraph[Any, Any, Any, Any]) -> DeadlineGraph:
+    def _keep(self, source: Pregel[Any, Any, Any, Any]) -> Self:
         for key in _KEPT:
             if key in vars(source):
                 setattr(self, key, vars(source)[key])
@@ -90,14 +86,14 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
     def get_graph(self, config: RunnableConfig | None = None, *, xray: int | bool = False) -> Graph:
         """LangGraph's drawing of the graph, with each node as the user gave it (not our
         budgeted wrapper around it)."""
-        return super(DeadlineGraph, self._as_given()).get_graph(config, xray=xray)
+        return super(DeadlineRuns, self._as_given()).get_graph(config, xray=xray)
 
     async def aget_graph(
         self, config: RunnableConfig | None = None, *, xray: int | bool = False
     ) -> Graph:
-        return await super(DeadlineGraph, self._as_given()).aget_graph(config, xray=xray)
+        return await super(DeadlineRuns, self._as_given()).aget_graph(config, xray=xray)
 
-    def _as_given(self) -> DeadlineGraph:
+    def _as_given(self) -> Self:
         drawn = copy.copy(self)
         drawn.nodes = {
             name: node.copy({"bound": unwrapped(node.bound)}) for name, node in self.nodes.items()
@@ -360,6 +356,10 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
         ):
             result = {**result, "deadline_outcome": outcome}
         return result
+
+
+class DeadlineGraph(DeadlineRuns, CompiledStateGraph[Any, Any, Any, Any]):
+    """A compiled graph whose runs each carry one deadline. Made by `with_deadlines`."""
 
 
 def _ran_out_at_the_end(run: RunTracker) -> bool:

@@ -12,7 +12,7 @@ import functools
 import inspect
 import typing
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from typing import Any, TypeVar, overload
+from typing import Any, Final, TypeVar, overload
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -30,6 +30,7 @@ __all__ = ["budgeted", "is_budgeted", "unwrapped", "wrap_node"]
 F = TypeVar("F", bound=Callable[..., Any])
 _INJECTABLE = ("config", "runtime", "store", "writer", "previous")
 _MARK = "__langgraph_deadline__"
+_GIVEN: Final = "lgd_given"  # where a Runnable wrapper keeps the node it wraps
 
 
 @overload
@@ -110,8 +111,9 @@ def is_budgeted(node: object) -> bool:
 
 
 def unwrapped(node: Any) -> Any:
-    """The node as the user gave it, when `with_deadlines` wrapped it as a Runnable."""
-    return node._runnable if isinstance(node, _BudgetedRunnable) else node
+    """The node as the user gave it, when `with_deadlines` wrapped it as a Runnable (its
+    `given`), else `node`."""
+    return getattr(node, _GIVEN, node)
 
 
 def wrap_node(node: Any, settings: NodeSettings, name: str | None) -> Any:
@@ -233,6 +235,7 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
         super().__init__(invoke, afunc=ainvoke, name=step.name)
         self._body = invoke
         self._runnable = runnable
+        self.lgd_given = runnable
         self._step = step
         self._on_thread = on_thread
 

@@ -24,7 +24,7 @@ from .state import deadline_from_state
 from .terminal import emit_run_outcome, exceeded
 
 if TYPE_CHECKING:
-    from .graph import DeadlineGraph
+    from .graph import DeadlineRuns
 
 __all__ = [
     "KEPT_CHANNEL",
@@ -63,7 +63,7 @@ def kept_deadline(snapshot: Any, writes: Any = ()) -> Deadline | None:
     return None
 
 
-def _keeps(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> RunnableConfig | None:
+def _keeps(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> RunnableConfig | None:
     """The thread's config, when a paused run of a state without the deadline fields must keep
     its deadline on its checkpoint for the resume."""
     if graph.deadline_settings.has_fields or run.deadline is None or not saved(graph, cfg):
@@ -79,13 +79,13 @@ def _keeps(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Runnab
     return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ""}}
 
 
-def saver(graph: DeadlineGraph) -> BaseCheckpointSaver[Any] | None:
+def saver(graph: DeadlineRuns) -> BaseCheckpointSaver[Any] | None:
     """The graph's own checkpointer (None, or `True` for a subgraph that uses its parent's)."""
     cp = graph.checkpointer
     return cp if isinstance(cp, BaseCheckpointSaver) else None
 
 
-def keep_deadline(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
+def keep_deadline(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> None:
     """Write a paused run's deadline beside its latest checkpoint (see `KEPT_TASK`)."""
     thread = _keeps(graph, run, cfg)
     cp = saver(graph)
@@ -97,7 +97,7 @@ def keep_deadline(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) ->
             cp.put_writes(saved.config, [(KEPT_CHANNEL, run.deadline.timestamp)], KEPT_TASK)
 
 
-async def akeep_deadline(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> None:
+async def akeep_deadline(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> None:
     """`keep_deadline`, asynchronously."""
     thread = _keeps(graph, run, cfg)
     cp = saver(graph)
@@ -110,7 +110,7 @@ async def akeep_deadline(graph: DeadlineGraph, run: RunTracker, cfg: RunnableCon
             await cp.aput_writes(saved.config, write, KEPT_TASK)
 
 
-def saved(graph: DeadlineGraph, cfg: RunnableConfig) -> bool:
+def saved(graph: DeadlineRuns, cfg: RunnableConfig) -> bool:
     """True when the run has a thread to checkpoint to."""
     return graph.checkpointer is not None and bool(cfg.get("configurable", {}).get("thread_id"))
 
@@ -124,7 +124,7 @@ def _logged() -> Iterator[None]:
         log.warning("could not keep the run's deadline beside its checkpoint", exc_info=True)
 
 
-def resume(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
+def resume(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
     """Give a resumed `run` its thread's deadline, read from its checkpoint (if it has one).
     Returns what the caller gets when that deadline has passed (see `late`), else None."""
     if not saved(graph, cfg):
@@ -136,7 +136,7 @@ def resume(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
     return _resumed(graph, run, snapshot, kept.pending_writes if kept else ())
 
 
-async def aresume(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> Any:
+async def aresume(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
     """`resume`, asynchronously."""
     if not saved(graph, cfg):
         return _resumed(graph, run, None, ())
@@ -147,9 +147,12 @@ async def aresume(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) ->
     return _resumed(graph, run, snapshot, kept.pending_writes if kept else ())
 
 
-def _resumed(graph: DeadlineGraph, run: RunTracker, snapshot: Any, writes: Any) -> Any:
+def _resumed(graph: DeadlineRuns, run: RunTracker, snapshot: Any, writes: Any) -> Any:
     """The thread's deadline (in state, or beside its checkpoint: `writes`), or `timeout` from
-    now for a thread that kept none, bounds the run."""
+    now for a thread that kept none, bounds the run. An entrypoint's saved value is the user's,
+    never read for a deadline."""
+    if snapshot is not None and not graph.deadline_settings.has_state:
+        snapshot = snapshot._replace(values=None)
     kept = kept_deadline(snapshot, writes)
     timeout = graph.deadline_settings.timeout
     if kept is None and timeout is not None:
@@ -158,7 +161,7 @@ def _resumed(graph: DeadlineGraph, run: RunTracker, snapshot: Any, writes: Any) 
     return late(graph, snapshot, run, writes)
 
 
-def late(graph: DeadlineGraph, snapshot: Any, run: RunTracker, writes: Any = ()) -> Any:
+def late(graph: DeadlineRuns, snapshot: Any, run: RunTracker, writes: Any = ()) -> Any:
     """A resume after the checkpointed deadline passed does not start: no node body runs,
     and the checkpoint stays as it was, so a resume that grants a new deadline
     (`Command(resume=..., update=deadline_input(s))`) continues where the run paused.

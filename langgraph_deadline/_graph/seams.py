@@ -6,11 +6,15 @@ them changes shape.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import get_runtime
@@ -18,11 +22,16 @@ from langgraph.runtime import get_runtime
 __all__ = [
     "DRAIN_REASON",
     "PASSTHROUGH",
+    "PREVIOUS",
+    "as_task",
     "check_thread",
     "defaults_to_compile",
     "drain",
+    "is_async_task",
     "node_attempt",
     "runs_on_a_thread",
+    "scheduling_with",
+    "task_name",
 ]
 
 PASSTHROUGH: Final[tuple[type[BaseException], ...]] = (GraphBubbleUp,)
@@ -104,3 +113,63 @@ def check_thread(checkpointer: Any, config: Mapping[str, Any]) -> None:
             "Checkpointer requires one or more of the following 'configurable' "
             "keys: thread_id, checkpoint_ns, checkpoint_id"
         )
+
+
+# -- the Functional API: what a `@task` call goes through ----------------------------------------
+
+_CALL_KEY: Final = "__pregel_call"
+"""Where LangGraph 1.x puts, in a running node's config, what a `@task` call schedules its task
+with (`call(func, (args, kwargs), retry_policy=, cache_policy=, callbacks=, timeout=)`, which
+returns the task's future); the task's body is `func`."""
+
+PREVIOUS: Final = "__previous__"
+"""The channel an `@entrypoint` keeps its saved value in (`previous`): an entrypoint's mark."""
+
+
+@contextlib.contextmanager
+def scheduling_with(
+    config: RunnableConfig, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> Iterator[RunnableConfig]:
+    """`config` with the task scheduler in it wrapped by `wrap`, set as the running config (what
+    `@task` calls and `get_config()` read) for the block. `config` as it is when it has none."""
+    conf = config.get("configurable", {})
+    schedule = conf.get(_CALL_KEY)
+    if schedule is None:
+        yield config
+        return
+    patched: RunnableConfig = {**config, "configurable": {**conf, _CALL_KEY: wrap(schedule)}}
+    token = var_child_runnable_config.set(patched)
+    try:
+        yield patched
+    finally:
+        var_child_runnable_config.reset(token)
+
+
+def task_name(func: Callable[..., Any]) -> str:
+    """The name LangGraph gives the task whose body is `func` (in its task ids, checkpoint
+    namespaces, stream chunks): as `langgraph.pregel._call.get_runnable_for_task` finds it."""
+    if hasattr(func, "__name__"):
+        return str(func.__name__)
+    if hasattr(func, "func"):
+        return str(func.func.__name__)
+    return type(func).__name__
+
+
+def as_task(wrapper: Callable[..., Any], func: Callable[..., Any]) -> None:
+    """Make `wrapper` the same task as `func` for LangGraph: the same name (task ids, so that a
+    resume finds the results its checkpoint saved) and identifier (`module.qualname`: cache
+    keys), and the same signature (what LangGraph injects: `config`, `runtime`, ...)."""
+    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    wrapper.__name__ = task_name(func)
+    wrapper.__qualname__ = qualname or wrapper.__name__
+    wrapper.__module__ = getattr(func, "__module__", None) if qualname else None  # type: ignore[assignment]
+    wrapper.__doc__ = getattr(func, "__doc__", None)
+    wrapper.__wrapped__ = func  # type: ignore[attr-defined]  # read by inspect.signature
+
+
+def is_async_task(func: Callable[..., Any]) -> bool:
+    """True for a task body LangGraph awaits (a coroutine function, or an object whose
+    `__call__` is one), as `langgraph._internal._runnable.is_async_callable` decides."""
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
+        getattr(func, "__call__", None)  # noqa: B004
+    )

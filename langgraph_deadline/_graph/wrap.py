@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.pregel import Pregel
 
 from .._core.validate import check_cap, check_fits, check_mapping, check_seconds
+from .functional import DeadlineEntrypoint, is_entrypoint, wrap_entrypoint
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
 from .routes import guard_branches
@@ -21,7 +23,8 @@ from .state import DeadlineChannel
 __all__ = ["with_deadlines"]
 
 
-def with_deadlines(
+@overload
+def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a Pregel too
     graph: StateGraph[Any, Any, Any, Any] | CompiledStateGraph[Any, Any, Any, Any],
     *,
     timeout: float | None = None,
@@ -32,9 +35,38 @@ def with_deadlines(
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
-) -> DeadlineGraph:
-    """Compile `graph` (a `StateGraph` builder or a compiled graph, left untouched) with every
-    node budgeted and one deadline per run.
+) -> DeadlineGraph: ...
+
+
+@overload
+def with_deadlines(
+    graph: Pregel[Any, Any, Any, Any],
+    *,
+    timeout: float | None = None,
+    caps: Mapping[str, float | None] | None = None,
+    min_viable: Mapping[str, float] | None = None,
+    reserve: float = 0.0,
+    default_cap: float | None = None,
+    checkpointer: Any = None,
+    store: Any = None,
+    closing_message: bool = True,
+) -> DeadlineEntrypoint: ...
+
+
+def with_deadlines(
+    graph: StateGraph[Any, Any, Any, Any] | Pregel[Any, Any, Any, Any],
+    *,
+    timeout: float | None = None,
+    caps: Mapping[str, float | None] | None = None,
+    min_viable: Mapping[str, float] | None = None,
+    reserve: float = 0.0,
+    default_cap: float | None = None,
+    checkpointer: Any = None,
+    store: Any = None,
+    closing_message: bool = True,
+) -> DeadlineGraph | DeadlineEntrypoint:
+    """Compile `graph` (a `StateGraph` builder, a compiled graph or an `@entrypoint`, left
+    untouched) with every node budgeted and one deadline per run.
 
     Each run's deadline is the earliest of: the input's `deadline`, the deadline in context
     (`deadline_scope` around the call) and `timeout` seconds from the call. An input that is a
@@ -57,12 +89,20 @@ def with_deadlines(
     messages state gets a short assistant reply saying the answer is incomplete
     (`closing_message=False` leaves it out).
 
+    An `@entrypoint` (Functional API) gives a `DeadlineEntrypoint`: the entrypoint and each
+    `@task` call are steps, `caps` and `min_viable` by task name (or the entrypoint's),
+    `default_cap` for tasks. With time to spare it returns what the entrypoint returns; a run
+    that ends early raises `DeadlineExceeded` (`.state` None). A cut task is not saved as
+    finished: `Command(update=deadline_input(s))` runs only the unfinished tasks again. Its input
+    is the entrypoint's argument, never read for a deadline (docs/howto/wrap-a-graph.md).
+
     Raises:
-        ValueError: a name in `caps` or `min_viable` is not a node; a bad number; settings that
-            cannot fit (`reserve >= timeout`, a `min_viable` above `timeout` less `reserve`); a
+        ValueError: a name in `caps` or `min_viable` is not a node (task names, known only
+            once called, are not checked); a bad number; settings that cannot fit
+            (`reserve >= timeout`, a `min_viable` above `timeout` less `reserve`); a
             state field named `deadline` that is not the run's deadline (a due date of your own).
-        TypeError: `graph` is not a `StateGraph` or a compiled one; `caps` or `min_viable` is
-            not a mapping.
+        TypeError: `graph` is not a `StateGraph`, a compiled one or an `@entrypoint`; `caps` or
+            `min_viable` is not a mapping.
     """
     if not isinstance(closing_message, bool):
         raise TypeError(f"closing_message must be a bool, got {closing_message!r}")
@@ -71,6 +111,17 @@ def with_deadlines(
     default_cap_s = check_cap(default_cap, "default_cap")
     caps = dict(check_mapping(caps, "caps"))
     mins = dict(check_mapping(min_viable, "min_viable"))
+    if not isinstance(graph, CompiledStateGraph) and is_entrypoint(graph):
+        return wrap_entrypoint(
+            graph,  # type: ignore[arg-type]
+            timeout=timeout_s,
+            caps=caps,
+            min_viable=mins,
+            reserve=reserve_s,
+            default_cap=default_cap_s,
+            checkpointer=checkpointer,
+            store=store,
+        )
 
     compile_kwargs: dict[str, Any] = {}
     if isinstance(graph, CompiledStateGraph):
@@ -91,7 +142,8 @@ def with_deadlines(
         builder = graph
     else:
         raise TypeError(
-            f"with_deadlines() needs a StateGraph or a compiled graph, got {type(graph).__name__}"
+            "with_deadlines() needs a StateGraph, a compiled graph or an @entrypoint, "
+            f"got {type(graph).__name__}"
         )
     if checkpointer is not None:
         compile_kwargs["checkpointer"] = checkpointer

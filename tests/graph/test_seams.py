@@ -6,6 +6,8 @@ clear message, instead of a subtle deadline bug somewhere else.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import operator
 from typing import Annotated, Any
 
@@ -21,12 +23,18 @@ from langgraph.types import RetryPolicy
 from typing_extensions import TypedDict
 
 from langgraph_deadline import DeadlineGraph, DeadlineState, with_deadlines
+from langgraph_deadline._graph import seams
 from langgraph_deadline._graph.seams import (
     DRAIN_REASON,
     PASSTHROUGH,
+    PREVIOUS,
+    as_task,
     drain,
+    is_async_task,
     node_attempt,
     runs_on_a_thread,
+    scheduling_with,
+    task_name,
 )
 from langgraph_deadline._graph.settings import GraphSettings
 
@@ -148,3 +156,77 @@ def test_sub_graphs_inside_budgeted_nodes_are_still_found() -> None:
         name for name, _ in bare.get_subgraphs()
     ]
     assert [name for name, _ in wrapped.get_subgraphs()] == ["sub"]
+
+
+# -- the Functional API --------------------------------------------------------------------------
+
+
+def test_a_task_call_is_scheduled_through_the_callable_in_the_callers_config() -> None:
+    from langgraph._internal._constants import CONFIG_KEY_CALL
+    from langgraph._internal._constants import PREVIOUS as LANGGRAPH_PREVIOUS
+    from langgraph.config import get_config
+    from langgraph.func import entrypoint, task
+
+    assert CONFIG_KEY_CALL == seams._CALL_KEY
+    assert LANGGRAPH_PREVIOUS == PREVIOUS
+    seen: list[Any] = []
+
+    def spy(schedule: Any) -> Any:
+        def spying(func: Any, input: Any, **options: Any) -> Any:
+            seen.append((func, input, sorted(options)))
+            return schedule(func, input, **options)
+
+        return spying
+
+    @task
+    def double(x: int) -> int:
+        return 2 * x
+
+    @entrypoint()
+    def main(x: int) -> int:
+        with scheduling_with(get_config(), spy) as config:
+            assert get_config() is config
+            return int(double(x).result())
+
+    assert PREVIOUS in main.channels
+    assert main.invoke(3) == 6
+    options = ["cache_policy", "callbacks", "retry_policy", "timeout"]
+    assert seen == [(double.func, ((3,), {}), options)]
+
+
+def _bodies() -> list[Any]:
+    def plain(x: int, config: RunnableConfig) -> int:
+        return x
+
+    async def coro(x: int) -> int:
+        return x
+
+    class Callable_:
+        def __call__(self, x: int, *, runtime: Any = None) -> int:
+            return x
+
+    class AsyncCallable:
+        async def __call__(self, x: int) -> int:
+            return x
+
+    named = functools.partial(plain, 1)
+    named.__name__ = "renamed"  # type: ignore[attr-defined]  # as task(name=...) does
+    return [plain, coro, functools.partial(plain, 1), named, Callable_(), AsyncCallable()]
+
+
+@pytest.mark.parametrize("body", _bodies())
+def test_a_task_wrapper_is_the_same_task_for_langgraph(body: Any) -> None:
+    from langgraph._internal._runnable import is_async_callable
+    from langgraph.pregel._call import get_runnable_for_task, identifier
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return body(*args, **kwargs)
+
+    as_task(wrapper, body)
+    # The name makes task ids and checkpoint namespaces (a resume finds saved results by them),
+    # the identifier cache keys, the signature what LangGraph injects.
+    assert get_runnable_for_task(wrapper).name == get_runnable_for_task(body).name
+    assert task_name(body) == get_runnable_for_task(body).name
+    assert identifier(wrapper) == identifier(body)
+    assert inspect.signature(wrapper) == inspect.signature(body)
+    assert is_async_task(body) == is_async_callable(body)

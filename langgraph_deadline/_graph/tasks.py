@@ -1,0 +1,91 @@
+"""The Functional API's tasks as budgeted steps: each `@task` call an entrypoint (or a task) makes
+runs its body under `min(the task's cap, what is left - reserve)`, by the node step's rule.
+
+LangGraph schedules a task call through the scheduler in the caller's config (`seams.py`); the
+entrypoint's step hands its body a scheduler that wraps the task's body first, keeping the
+task's name and identifier, so that task ids, a resume's saved results and caches are LangGraph's
+own. A task that runs out ends the run as a node that runs out does: it is recorded, it is not
+saved as finished (a resume that grants time runs it again), and the run drains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from langgraph.config import get_config
+
+from .seams import as_task, is_async_task, scheduling_with, task_name
+from .settings import NodeSettings
+from .step import NodeStep
+
+__all__ = ["TaskBudgets", "kept", "akept"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskBudgets:
+    """How an entrypoint's tasks are budgeted: a cap and a `min_viable` per task name, and the
+    cap of the tasks not named; a task's retries as LangGraph's (its own policy, else the
+    entrypoint's)."""
+
+    caps: Mapping[str, float | None]
+    min_viable: Mapping[str, float]
+    default_cap: float | None = None
+    retry: Any = None  # the entrypoint's RetryPolicy: LangGraph's for tasks without their own
+
+    def scheduler(self, schedule: Callable[..., Any]) -> Callable[..., Any]:
+        """LangGraph's task scheduler, scheduling each task with its body budgeted."""
+
+        def budgeted_schedule(func: Callable[..., Any], input: Any, *args: Any, **kw: Any) -> Any:
+            return schedule(self.body(func, kw.get("retry_policy")), input, *args, **kw)
+
+        return budgeted_schedule
+
+    def body(self, func: Callable[..., Any], retry: Any) -> Callable[..., Any]:
+        """`func`, a task's body, as a budgeted step. Made for each call: LangGraph builds the
+        task's runnable for each call of a body it cannot find in its module (as this one), and
+        a wrapper kept per body would keep every task ever called (tasks made per run too)."""
+        name = task_name(func)
+        settings = NodeSettings(
+            cap=self.caps.get(name, self.default_cap),
+            min_viable=self.min_viable.get(name, 0.0),
+            retry=retry or self.retry,  # a retry that cannot fit is not waited for
+        )
+        return _budgeted(func, NodeStep(name, settings), self)
+
+
+def _budgeted(func: Callable[..., Any], step: NodeStep, tasks: TaskBudgets) -> Callable[..., Any]:
+    wrapper: Callable[..., Any]
+    if is_async_task(func):
+
+        async def budgeted_task(*args: Any, **kwargs: Any) -> Any:
+            with scheduling_with(get_config(), tasks.scheduler) as config:
+                body = functools.partial(akept, func, args, kwargs)
+                return (await step.acall(None, config, body))[0]
+
+        wrapper = budgeted_task
+    else:
+
+        def budgeted_task_sync(*args: Any, **kwargs: Any) -> Any:
+            with scheduling_with(get_config(), tasks.scheduler) as config:
+                # The body's thread runs in a copy of this context: with the config set above.
+                return step.call(None, config, lambda _: kept(func, args, kwargs))[0]
+
+        wrapper = budgeted_task_sync
+    as_task(wrapper, func)
+    return wrapper
+
+
+def kept(func: Callable[..., Any], args: Any, kwargs: Mapping[str, Any]) -> tuple[Any]:
+    """`func(*args, **kwargs)`, its value boxed: a step's value is the user's, never read as a
+    state update (`ending.finish` reads a node's)."""
+    return (func(*args, **kwargs),)
+
+
+async def akept(
+    func: Callable[..., Awaitable[Any]], args: Any, kwargs: Mapping[str, Any]
+) -> tuple[Any]:
+    """`await func(*args, **kwargs)`, its value boxed (see `kept`)."""
+    return (await func(*args, **kwargs),)
