@@ -30,8 +30,8 @@ class Job(Generic[T]):
     __slots__ = ("_body", "_context", "_deadline", "_done", "_name", "error", "value")
 
     def __init__(self, body: Callable[[], T], deadline: Deadline | None, name: str) -> None:
-        self._body = body
-        self._context = contextvars.copy_context()  # the deadline, LangChain's callbacks, ...
+        self._body: Callable[[], T] | None = body
+        self._context: contextvars.Context | None = contextvars.copy_context()  # callbacks, ...
         self._deadline = deadline
         self._name = name
         self._done = _thread.allocate_lock()
@@ -44,17 +44,27 @@ class Job(Generic[T]):
         return self._done.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX))
 
     def run(self) -> None:
-        """Run the body (on a worker); never raises: its error is kept for the caller."""
-        self._context.run(self._call)
+        """Run the body (on a worker); never raises: its error is kept for the caller. The
+        body and its context are let go before the caller wakes: a worker still holding the
+        job for an instant keeps nothing of the run alive (its config, LangGraph's loop)."""
+        context, self._context = self._context, None
+        try:
+            if context is not None:
+                context.run(self._call)
+        finally:
+            self._body = None
 
     def finish(self) -> None:
         """Wake the caller, if it is still waiting."""
         self._done.release()
 
     def _call(self) -> None:
+        body = self._body
+        if body is None:
+            return
         try:
             with deadline_scope(self._deadline, name=self._name):
-                self.value = self._body()
+                self.value = body()
         except BaseException as exc:  # handed to the caller, who decides what it means
             self.error = exc
 

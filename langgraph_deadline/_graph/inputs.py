@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langgraph.types import Command, Overwrite
-from pydantic import BaseModel
 
 from .._core.clock import SYSTEM_CLOCK
 from .._core.context import current_deadline
 from .._core.deadline import Deadline, earliest
 from .._core.validate import check_timestamp
+from .forms import DeadlineDataclass, DeadlineModel
 
 __all__ = ["as_update", "ceiling", "entry_input", "plain_input", "plain_steps", "sets_deadline"]
 
@@ -51,11 +51,12 @@ def _sets_deadline(item: Any) -> bool:
 
 
 def as_update(value: Any) -> Any:
-    """A pydantic or dataclass state instance as the dict of the fields LangGraph writes for
-    it (a dataclass's every field; a model's set, or not None, or defaulting to not None), so
-    that it is read, checked and started like the same input given as a dict. Other values
-    are returned as they are."""
-    if isinstance(value, BaseModel):
+    """A state instance of ours (`DeadlineModel`, `DeadlineDataclass`) as the dict of the fields
+    LangGraph writes for it (a dataclass's every field; a model's set, or not None, or
+    defaulting to not None), so that it is read, checked and started like the same input given
+    as a dict. Other values (a message for a messages-list state, a user's own model) are
+    returned as they are: LangGraph reads them its own way."""
+    if isinstance(value, DeadlineModel):
         fields = type(value).model_fields
         kept = value.model_fields_set
         return {
@@ -63,11 +64,7 @@ def as_update(value: Any) -> Any:
             for k, info in fields.items()
             if (v := getattr(value, k)) is not None or info.default is not None or k in kept
         }
-    if (
-        dataclasses.is_dataclass(value)
-        and not isinstance(value, type)
-        and not isinstance(value, Command)  # a dataclass too, and a resume
-    ):
+    if isinstance(value, DeadlineDataclass):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     return value
 
@@ -122,7 +119,7 @@ def entry_input(value: Any, limit: Deadline | None, *, fields: bool) -> Any:
     update = {} if value.update is None else value.update
     if isinstance(update, Mapping) and "deadline" not in update:
         update = {**update, "deadline": limit.timestamp}
-    elif isinstance(update, list | tuple) and all(k != "deadline" for k, _ in update):
+    elif isinstance(update, list | tuple) and not any(_sets_deadline(u) for u in update):
         update = [*update, ("deadline", limit.timestamp)]
     else:
         return value
@@ -138,9 +135,7 @@ def sets_deadline(supersteps: Iterable[Sequence[Any]]) -> bool:
                 values = as_update(values.update)
             if isinstance(values, Mapping) and "deadline" in values:
                 return True
-            if isinstance(values, list | tuple) and any(
-                isinstance(kv, tuple) and kv[:1] == ("deadline",) for kv in values
-            ):
+            if isinstance(values, list | tuple) and any(_sets_deadline(u) for u in values):
                 return True
     return False
 

@@ -10,7 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 
 from .._core.observe import RunEvent, StepEvent, TokensEvent, run_fields, step_fields
-from .._core.records import StepStatus
+from .._core.records import StepStatus, Terminal
 
 __all__ = ["RUN_EVENT", "STEP_EVENT", "TOKENS_EVENT", "CallbacksObserver"]
 
@@ -19,6 +19,9 @@ log = logging.getLogger("langgraph_deadline")
 STEP_EVENT: Final = "langgraph_deadline.step"
 RUN_EVENT: Final = "langgraph_deadline.run"
 TOKENS_EVENT: Final = "langgraph_deadline.tokens_after_deadline"
+_DEADLINES_DOING: Final = frozenset(
+    {StepStatus.SKIPPED, StepStatus.TIMED_OUT, StepStatus.ABANDONED, StepStatus.STALE}
+)
 
 
 class CallbacksObserver:
@@ -27,9 +30,10 @@ class CallbacksObserver:
     that is current where the step ended: a node's, a tool's. Tokens a model streamed after its
     deadline go as `"langgraph_deadline.tokens_after_deadline"` (`step`, `tokens`, `run_id`).
 
-    `completed=False` (the default set's) leaves out steps and runs that completed: a run with
-    time to spare then sends the user's callback handlers nothing they did not ask for, as an
-    unwrapped graph would; only what went wrong (a cut, a skip, a run that ended early) is sent.
+    `deadline_only=True` (the default set's) sends only what the deadline did: a step cut,
+    skipped, abandoned or served stale, a run that ran out of time. A run with time to spare
+    then sends the user's callback handlers nothing an unwrapped graph would not (a failed or
+    cancelled step is LangGraph's to report, as it does without us).
 
     The data is a plain dict of names and numbers (see `step_fields`). Dispatch is synchronous,
     from sync code, async code and threads alike: sync handlers run inline, async handlers run
@@ -39,21 +43,21 @@ class CallbacksObserver:
     parent run to attach the event to, and nothing is sent. Never raises.
     """
 
-    __slots__ = ("_completed",)
+    __slots__ = ("_deadline_only",)
 
-    def __init__(self, *, completed: bool = True) -> None:
-        if not isinstance(completed, bool):
-            raise TypeError(f"completed must be a bool, got {completed!r}")
-        self._completed = completed
+    def __init__(self, *, deadline_only: bool = False) -> None:
+        if not isinstance(deadline_only, bool):
+            raise TypeError(f"deadline_only must be a bool, got {deadline_only!r}")
+        self._deadline_only = deadline_only
 
     def on_step(self, event: StepEvent) -> None:
-        if not self._completed and event.record.status is StepStatus.COMPLETED:
+        if self._deadline_only and event.record.status not in _DEADLINES_DOING:
             return
         if (config := _listening()) is not None:
             _dispatch(STEP_EVENT, step_fields(event), config)
 
     def on_run(self, event: RunEvent) -> None:
-        if not self._completed and event.outcome.ok:
+        if self._deadline_only and event.outcome.terminal is not Terminal.DEADLINE_EXCEEDED:
             return
         if (config := _listening()) is not None:
             _dispatch(RUN_EVENT, run_fields(event), config)
@@ -64,7 +68,11 @@ class CallbacksObserver:
             _dispatch(TOKENS_EVENT, data, config)
 
     def __repr__(self) -> str:
-        return "CallbacksObserver()" if self._completed else "CallbacksObserver(completed=False)"
+        return (
+            "CallbacksObserver(deadline_only=True)"
+            if self._deadline_only
+            else "CallbacksObserver()"
+        )
 
 
 def _listening() -> RunnableConfig | None:

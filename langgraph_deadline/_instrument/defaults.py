@@ -38,8 +38,8 @@ _BACKENDS: Final[dict[str, tuple[Callable[[], Observer], str]]] = {
 def default_observers() -> tuple[Observer, ...]:
     """LangChain callbacks, plus the backends named in `LANGGRAPH_DEADLINE_INSTRUMENT`.
 
-    The callbacks send only what did not complete (`CallbacksObserver(completed=False)`), unless
-    `callbacks` is named: a graph with time to spare sends its handlers nothing new.
+    The callbacks send only what the deadline did (`CallbacksObserver(deadline_only=True)`),
+    unless `callbacks` is named: a graph with time to spare sends its handlers nothing new.
 
     OpenTelemetry and Prometheus are opt-in even when installed: creating spans and registering
     metrics in the global registry of an application that did not ask for them would surprise
@@ -52,7 +52,7 @@ def default_observers() -> tuple[Observer, ...]:
         return ()
     from .callbacks import CallbacksObserver
 
-    found: list[Observer] = [CallbacksObserver(completed="callbacks" in explicit)]
+    found: list[Observer] = [CallbacksObserver(deadline_only="callbacks" not in explicit)]
     started: set[str] = set()
     for name in names:
         backend = _BACKENDS.get(name)

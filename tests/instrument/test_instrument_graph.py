@@ -293,8 +293,8 @@ async def test_off_switch_sends_no_custom_events() -> None:
 
 
 @pytest.mark.anyio
-async def test_the_default_callbacks_send_only_what_did_not_complete() -> None:
-    set_observers(None)  # the defaults: CallbacksObserver(completed=False)
+async def test_the_default_callbacks_send_only_what_the_deadline_did() -> None:
+    set_observers(None)  # the defaults: CallbacksObserver(deadline_only=True)
     graph = with_deadlines(_agent_graph(), timeout=TIMEOUT)
     seen = []
     async for event in graph.astream_events({"messages": [HumanMessage(USER_TEXT)]}):

@@ -113,7 +113,7 @@ def test_run_fields_leave_out_the_reason() -> None:
 def test_defaults_are_langchain_callbacks_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(INSTRUMENT_ENV, raising=False)
     set_observers(None)
-    assert repr(get_observers()) == "(CallbacksObserver(completed=False),)"
+    assert repr(get_observers()) == "(CallbacksObserver(deadline_only=True),)"
     monkeypatch.setenv(INSTRUMENT_ENV, "callbacks")
     set_observers(None)
     assert repr(get_observers()) == "(CallbacksObserver(),)"
@@ -149,7 +149,7 @@ def test_unknown_or_missing_backend_is_logged_and_left_out(
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # "not installed"
     with caplog.at_level(logging.WARNING, logger="langgraph_deadline"):
         set_observers(None)
-    assert repr(get_observers()) == "(CallbacksObserver(completed=False),)"
+    assert repr(get_observers()) == "(CallbacksObserver(deadline_only=True),)"
     monkeypatch.setenv(INSTRUMENT_ENV, "callbacks")
     set_observers(None)
     assert repr(get_observers()) == "(CallbacksObserver(),)"
