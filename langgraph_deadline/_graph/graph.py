@@ -38,6 +38,7 @@ from .ends import (
     too_late,
 )
 from .inputs import plain_input
+from .retries import AsyncInRun, InRun, running
 from .seams import DRAIN_REASON
 from .settings import GraphSettings
 from .state import deadline_from_state, fresh_run_update
@@ -165,7 +166,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
-            for chunk in super().stream(input, cfg, **kwargs):
+            for chunk in InRun(run, super().stream(input, cfg, **kwargs)):
                 note_chunk(run, chunk, mode)
                 yield chunk
         except GraphDrained as exc:
@@ -213,7 +214,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
-            stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
+            stream = AsyncInRun(run, super().astream(input, cfg, **kwargs))
             async with contextlib.aclosing(stream) as inner:
                 async for chunk in inner:
                     note_chunk(run, chunk, mode)
@@ -308,7 +309,7 @@ class DeadlineGraph(CompiledStateGraph[Any, Any, Any, Any]):
             then = (run.deadline, _fire_backstop, run, backstop)
             run.alarm = RunAlarm(loop, run_step_end(run), run.signal, then)
         try:
-            with backstop:
+            with backstop, running(run):
                 try:
                     result = await super().ainvoke(input, cfg, **kwargs)
                 except BaseException as exc:

@@ -13,6 +13,7 @@ from langgraph.graph.state import CompiledStateGraph
 from .._core.validate import check_cap, check_fits, check_mapping, check_seconds
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
+from .retries import guard_retries
 from .routes import guard_branches
 from .settings import GraphSettings, NodeSettings
 from .state import DeadlineChannel
@@ -135,6 +136,7 @@ def with_deadlines(
     }
     wrapped.branches = guard_branches(builder.branches)  # type: ignore[assignment]
     compiled = wrapped.compile(**compile_kwargs)
+    guard_retries(compiled, mins)  # the builder's default policies are applied by now
     if isinstance(graph, CompiledStateGraph) and graph.config:
         # What `.with_config(...)` gave the graph (create_agent: recursion_limit, metadata).
         compiled = compiled.with_config(graph.config)
