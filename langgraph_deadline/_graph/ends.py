@@ -1,5 +1,8 @@
 """Runs that end without LangGraph finishing them: a resume that comes after the deadline, a run
-drained because a step ran out, and a run the deadline cancelled as a whole (the backstop)."""
+drained because a step ran out, and a run the deadline cancelled as a whole (the backstop).
+
+One module because these ends share one way of reading the checkpoint and writing the outcome,
+the records and the answers to open tool calls back to it."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from .._core.deadline import Deadline
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
 from .._core.validate import check_timestamp
-from .messages import answered, closing_reply, messages_of
+from .messages import answer_open_calls, answered, closing_reply, messages_of
 from .state import RUN_OVER, deadline_from_state
 from .terminal import emit_run_outcome, exceeded, outcome_from
 
@@ -153,25 +156,45 @@ async def _aread(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig) -> 
         return run.latest
 
 
+_ANSWERS: Final = "__langgraph_deadline_answers"
+"""Where `assemble` leaves its answers to open tool calls, and the node that was answering
+them. They are written as that node: it is done, as a step that answers its own calls is, and
+a resume does not answer them twice (without the node, or if that fails, as the rest is)."""
+
+
 def _write(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) -> None:
-    if not (update and _saved(graph, cfg)):
+    if not _saved(graph, cfg):
         return
-    with _writing():
-        # LangGraph's own stream, not ours: this run must not be taken for a user's resume.
-        for _ in CompiledStateGraph.stream(
-            graph, Command(update=update), _clean(cfg), control=_persist_control()
-        ):
-            pass
+    node, answers = update.pop(_ANSWERS, (None, []))
+    try:
+        if answers:
+            CompiledStateGraph.update_state(graph, _clean(cfg), {"messages": answers}, node)
+    except Exception:
+        update["messages"] = [*answers, *update.get("messages", [])]
+    if update:
+        with _writing():
+            # LangGraph's own stream, not ours: this run must not be taken for a user's resume.
+            for _ in CompiledStateGraph.stream(
+                graph, Command(update=update), _clean(cfg), control=_persist_control()
+            ):
+                pass
 
 
 async def _awrite(graph: DeadlineGraph, cfg: RunnableConfig, update: dict[str, Any]) -> None:
-    if not (update and _saved(graph, cfg)):
+    if not _saved(graph, cfg):
         return
-    with _writing():
-        async for _ in CompiledStateGraph.astream(
-            graph, Command(update=update), _clean(cfg), control=_persist_control()
-        ):
-            pass
+    node, answers = update.pop(_ANSWERS, (None, []))
+    try:
+        if answers:
+            await CompiledStateGraph.aupdate_state(graph, _clean(cfg), {"messages": answers}, node)
+    except Exception:
+        update["messages"] = [*answers, *update.get("messages", [])]
+    if update:
+        with _writing():
+            async for _ in CompiledStateGraph.astream(
+                graph, Command(update=update), _clean(cfg), control=_persist_control()
+            ):
+                pass
 
 
 @contextlib.contextmanager
@@ -191,8 +214,8 @@ def final_state(graph: DeadlineGraph, run: RunTracker, cfg: RunnableConfig, why:
     state is read from it (it holds the results of the steps that finished in the cut
     superstep), and the outcome, the records and the reply are written to it."""
     state, update = assemble(graph, run, _read(graph, run, cfg), why)
-    _write(graph, cfg, update)
     run.final_news = bool(update)
+    _write(graph, cfg, update)
     return _returned(graph, run, state)
 
 
@@ -201,8 +224,8 @@ async def afinal_state(
 ) -> Any:
     """`final_state`, reading and writing the checkpoint asynchronously."""
     state, update = assemble(graph, run, await _aread(graph, run, cfg), why)
-    await _awrite(graph, cfg, update)
     run.final_news = bool(update)
+    await _awrite(graph, cfg, update)
     return _returned(graph, run, state)
 
 
@@ -260,6 +283,14 @@ def assemble(
     update: dict[str, Any] = {}
     settings = graph.deadline_settings
     messages = messages_of(values)
+    if messages is not None and (answers := answer_open_calls(messages, run.records)):
+        # The run was cancelled while a step was answering tool calls: answered here, as
+        # that step would have (and written as that step: see `_answered`), so that the
+        # history stays valid for the next turn and a resume does not answer them twice.
+        messages = [*messages, *answers]
+        state["messages"] = messages
+        node = next((r.name for r in reversed(run.records) if r.status.ran_out), None)
+        update[_ANSWERS] = (node, answers)
     if (
         messages is not None
         and settings.closing_message
@@ -268,7 +299,7 @@ def assemble(
     ):
         reply = closing_reply(messages, outcome)
         state["messages"] = [*messages, reply]
-        update["messages"] = [reply]
+        update["messages"] = [*update.get("messages", []), reply]
     if settings.has_fields:
         state["deadline_outcome"] = outcome
         state["deadline_trace"] = [*(values.get("deadline_trace") or []), *_missing(run, values)]
