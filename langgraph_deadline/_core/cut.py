@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import sys
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -137,7 +138,10 @@ class Cut:
         if not _shielded(task, self._outer):
             waiter = getattr(task, "_fut_waiter", None)
             if self._calls == 0 or (
-                waiter is not None and waiter is not self._sent and not waiter.done()
+                waiter is not None
+                and waiter is not self._sent
+                and not waiter.done()
+                and _started(waiter)
             ):
                 self._calls += 1
                 self._sent = waiter
@@ -171,6 +175,15 @@ class Cut:
             self.caught = True  # ours alone: nobody else asked the task to stop
             return True
         return False
+
+
+def _started(waiter: object) -> bool:
+    """False for a task that has not run yet: cancelled now, it would never run at all (a
+    clean-up the body started in a task of its own, such as LangGraph's, would be skipped)."""
+    if not isinstance(waiter, asyncio.Task):
+        return True
+    coro = waiter.get_coro()
+    return not inspect.iscoroutine(coro) or inspect.getcoroutinestate(coro) != inspect.CORO_CREATED
 
 
 # -- anyio's shields, read from anyio's own task states (asyncio backend) -------------------------
