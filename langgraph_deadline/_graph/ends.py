@@ -283,14 +283,18 @@ def assemble(
     update: dict[str, Any] = {}
     settings = graph.deadline_settings
     messages = messages_of(values)
-    if messages is not None and (answers := answer_open_calls(messages, run.records)):
-        # The run was cancelled while a step was answering tool calls: answered here, as
-        # that step would have (and written as that step: see `_answered`), so that the
+    if (
+        run.backstop_fired
+        and messages is not None
+        and (answers := answer_open_calls(messages, run.records))
+    ):
+        # The run was cancelled as a whole while a step was answering tool calls: answered
+        # here, as that step would have, and written as that step (`_ANSWERS`), so that the
         # history stays valid for the next turn and a resume does not answer them twice.
         messages = [*messages, *answers]
         state["messages"] = messages
-        node = next((r.name for r in reversed(run.records) if r.status.ran_out), None)
-        update[_ANSWERS] = (node, answers)
+        cut = [r.name for r in run.records if r.kind == "node" and r.status.ran_out]
+        update[_ANSWERS] = (cut[-1] if cut else None, answers)
     if (
         messages is not None
         and settings.closing_message
