@@ -113,6 +113,16 @@ class Cut:
         self.caught = False
         self.joined = False
 
+    @property
+    def cancel_called(self) -> bool:
+        """anyio's name for `fired`: where a Cut stands in for an anyio scope."""
+        return self.fired
+
+    @property
+    def cancelled_caught(self) -> bool:
+        """anyio's name for `caught`."""
+        return self.caught
+
     def arm(self, deadline: Deadline) -> None:
         """Cancel once `deadline` has passed (at once, if it has)."""
         self._handle = Due(self._loop, deadline, self.cancel)

@@ -336,3 +336,36 @@ async def test_concurrent_requests_are_each_watched_and_each_cut() -> None:
     assert sorted(cancelled) == ["/later", "/left-1", "/left-2", "/soon"]
     assert answers["/left-1"] == answers["/left-2"] == []  # nobody to answer
     assert answers["/soon"][0]["status"] == answers["/later"][0]["status"] == 504
+
+
+@pytest.mark.anyio
+async def test_a_handler_running_a_plain_langgraph_run_has_its_tasks_cancelled_at_the_cut() -> None:
+    # The handler's LangGraph run leaves through a clean-up task that cancels the tasks it
+    # started (here a Functional API @task); the cut lets that clean-up run, so the @task's
+    # request is closed at the server, not served to its end after the 504.
+    from langgraph.func import entrypoint, task
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from langgraph_deadline.testing import SlowServer
+
+    with SlowServer() as server:
+
+        @task
+        async def fetch(n: int) -> str:
+            async with httpx.AsyncClient() as client:
+                return (await client.get(server.url("/slow?delay=5"))).text
+
+        @entrypoint()
+        async def workflow(n: int) -> str:
+            return await fetch(n)
+
+        async def route(request: Any) -> JSONResponse:
+            return JSONResponse({"answer": await workflow.ainvoke(1)})
+
+        app = DeadlineASGIMiddleware(Starlette(routes=[Route("/", route)]), max_timeout=0.5)
+        async with _client(app) as client:
+            response = await client.get("/")
+        assert response.status_code == 504
+        assert await anyio.to_thread.run_sync(server.wait_disconnected, 2.0)
