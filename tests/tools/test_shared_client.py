@@ -17,11 +17,23 @@ import anyio
 import httpx
 import openai
 import pytest
+from langgraph.graph import START, StateGraph
 
-from langgraph_deadline import deadline_tool
+from langgraph_deadline import (
+    DeadlineExceeded,
+    DeadlineState,
+    Terminal,
+    deadline_scope,
+    deadline_tool,
+    with_deadlines,
+)
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ServedRequest, SlowServer
 
 pytestmark = pytest.mark.anyio
+
+
+class State(DeadlineState):
+    log: list[str]
 
 
 def _in_use(pool: Any) -> list[Any]:
@@ -46,6 +58,30 @@ async def test_a_tool_cut_over_a_shared_client_closes_its_request(slow_server: S
         fetch = _fetching(client, slow_server.url("/slow?delay=5"))
         answer = await fetch.ainvoke({"query": "x"})
         assert "timeout" in answer
+        assert await asyncio.to_thread(slow_server.wait_disconnected, 2.0)
+        assert _in_use(client._transport._pool) == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("how", ["deadline_scope", "node_cap"])
+async def test_other_cuts_over_a_shared_client_close_their_request(
+    slow_server: SlowServer, how: str
+) -> None:
+    async with httpx.AsyncClient() as client:
+
+        async def fetch(state: dict[str, Any]) -> dict[str, Any]:
+            await client.get(slow_server.url("/slow?delay=5"))
+            return {"log": ["fetched"]}
+
+        if how == "deadline_scope":
+            with pytest.raises(DeadlineExceeded):
+                async with deadline_scope(0.2):
+                    await fetch({})
+        else:
+            b = StateGraph(State)
+            b.add_node("fetch", fetch)
+            b.add_edge(START, "fetch")
+            out = await with_deadlines(b, timeout=5.0, caps={"fetch": 0.2}).ainvoke({"log": []})
+            assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
         assert await asyncio.to_thread(slow_server.wait_disconnected, 2.0)
         assert _in_use(client._transport._pool) == []  # type: ignore[attr-defined]
 
