@@ -37,8 +37,10 @@ class State(DeadlineState):
 
 
 def _in_use(pool: Any) -> list[Any]:
-    """The pool's connections still serving a request (httpcore and httpcore2 alike)."""
-    return [c for c in pool.connections if not (c.is_idle() or c.is_closed())]
+    """The pool's connections still serving a request (httpcore and httpcore2 alike): not the
+    idle ones, the closed ones, nor those whose connect was cut (expired: the pool drops them
+    at its next request)."""
+    return [c for c in pool.connections if not (c.is_idle() or c.is_closed() or c.has_expired())]
 
 
 def _fetching(client: httpx.AsyncClient | None, url: str, *, timeout: float = 0.2) -> Any:
