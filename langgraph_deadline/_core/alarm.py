@@ -16,6 +16,7 @@ from collections.abc import Callable
 from .cancel import CancelSignal
 from .cut import Cut, Due
 from .deadline import Deadline
+from .plan import HANDOFF
 
 __all__ = ["RunAlarm"]
 
@@ -45,8 +46,18 @@ class RunAlarm:
     def _fire(self) -> None:
         self.fired = True
         then, self._then = self._then, None
-        self._due = None if then is None else Due(self.loop, then[0], then[1], *then[2:])
-        for cut in self.joined():
+        cuts = self.joined()
+        if then is None:
+            self._due = None
+        else:
+            # The steps cut now get the hand-off to deliver their answers before the backstop,
+            # also when the loop stalled past both instants and this timer comes late: the run
+            # ends the same way whichever timer the stall let through first.
+            at = then[0]
+            if cuts:
+                at = max(at, Deadline._after(HANDOFF, at.clock))
+            self._due = Due(self.loop, at, then[1], *then[2:])
+        for cut in cuts:
             cut.cancel()
 
     def joined(self) -> list[Cut]:

@@ -17,6 +17,7 @@ from typing import Final
 import anyio
 
 from .cancel import CancelSignal, current_signal, reset_signal, set_signal
+from .cut import Cut
 from .deadline import Deadline
 from .errors import DeadlineExceeded, ScopeFrame
 from .validate import check_seconds
@@ -127,8 +128,9 @@ class deadline_scope:
     """Set the deadline for a block: a `Deadline`, or seconds from now. Earliest wins.
 
     Works as `with` and `async with`. Both set the contextvar for the block and restore it on exit.
-    In async code the block is also cancelled at the deadline (an anyio cancel scope), and
-    `DeadlineExceeded` is raised on leaving it, like `anyio.fail_after`; the caller's own
+    In async code the block is also cancelled at the deadline, and `DeadlineExceeded` is raised
+    on leaving it, like `anyio.fail_after` (on asyncio with this library's cancel scope, which
+    lets LangGraph cancel the tasks it started for the block's run); the caller's own
     `TimeoutError` or `CancelledError` pass through untouched. Sync code cannot be interrupted:
     use `check()` in loops and `client_timeout()` for I/O.
 
@@ -150,7 +152,7 @@ class deadline_scope:
         self._name = name
         self._frame: ScopeFrame | None = None
         self._token: Token[tuple[ScopeFrame, ...]] | None = None
-        self._cancel: anyio.CancelScope | None = None
+        self._cancel: anyio.CancelScope | Cut | None = None
         self._signal: CancelSignal | None = None
         self._signal_token: object = None
 
@@ -195,7 +197,7 @@ class deadline_scope:
             self._signal_token = set_signal(self._signal)
         effective = self._enter()
         if effective is not None:
-            self._cancel = anyio.CancelScope(deadline=loop_time() + effective.remaining())
+            self._cancel = _cancel_at(effective)
             self._cancel.__enter__()
         return effective
 
@@ -214,7 +216,7 @@ class deadline_scope:
         finally:
             self._reset()
             self._unlink(exc, cancel)
-        if cancel is not None and cancel.cancelled_caught:
+        if cancel is not None and _caught(cancel):
             chain = _CHAINS.get(exc, frames) if exc is not None else frames
             d = self._frame.effective if self._frame else None
             # Name the scope whose own request set the deadline that fired, whichever caught it.
@@ -231,17 +233,38 @@ class deadline_scope:
             with contextlib.suppress(TypeError):  # an exception that cannot be weakly referenced
                 _CHAINS[exc] = frames
 
-    def _unlink(self, exc: BaseException | None, cancel: anyio.CancelScope | None) -> None:
+    def _unlink(self, exc: BaseException | None, cancel: anyio.CancelScope | Cut | None) -> None:
         signal, self._signal = self._signal, None
         if signal is None:
             return
         reset_signal(self._signal_token)
-        cancelled = cancel is not None and cancel.cancelled_caught
+        cancelled = cancel is not None and _caught(cancel)
         if cancelled or isinstance(exc, anyio.get_cancelled_exc_class()):
             signal.cancel("deadline" if cancelled else "caller")
 
     def __repr__(self) -> str:
         return f"deadline_scope({self._requested!r}, name={self._name!r})"
+
+
+def _cancel_at(deadline: Deadline) -> anyio.CancelScope | Cut:
+    """The cancel scope of an async `deadline_scope`. On asyncio, this library's own (`Cut`):
+    like an anyio scope, but it lets the body's clean-up run in a task of its own, as
+    LangGraph's does on its way out (cancelling the tasks it started for nodes and `@task`s);
+    an anyio scope cancels that clean-up task before it starts. Off asyncio, anyio's."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    task = asyncio.current_task(loop) if loop is not None else None
+    if loop is None or task is None:
+        return anyio.CancelScope(deadline=loop_time() + deadline.remaining())
+    cut = Cut(loop, task)
+    cut.arm(deadline)
+    return cut
+
+
+def _caught(cancel: anyio.CancelScope | Cut) -> bool:
+    return cancel.caught if isinstance(cancel, Cut) else cancel.cancelled_caught
 
 
 class step_scope(deadline_scope):

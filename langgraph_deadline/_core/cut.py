@@ -2,18 +2,21 @@
 
 Every node, tool, model call and HTTP request opens one of these, so it is the hot path. It
 keeps what an anyio cancel scope gives a step (the body is really cancelled, cancellation is
-delivered again if the body swallows it, the caller's own cancellation passes through) without
-anyio's per-scope bookkeeping of task states and parent scopes, which a step does not need: it
-never spans tasks. Off asyncio (trio), `guard.py` uses an anyio scope instead.
+delivered again if the body swallows it, the caller's own cancellation passes through, a
+shielded clean-up inside the body runs to its end) without anyio's per-scope bookkeeping of
+task states and parent scopes, which a step does not need: it never spans tasks. Off asyncio
+(trio), `guard.py` uses an anyio scope instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable
+import inspect
+import sys
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Final, TypeVarTuple
+from typing import Any, Final, TypeVarTuple
 
 from .deadline import Deadline
 
@@ -71,7 +74,13 @@ class Cut:
     """Cancel the current task when `cancel()` is called or at the deadline given to `arm`,
     until the block exits. Leaving the block swallows the cancellation it caused (`caught`),
     never one from elsewhere (a native `Task.cancel()` or an enclosing scope). `joined`: the
-    run's one timer cancels it (`RunAlarm`), not a timer of its own."""
+    run's one timer cancels it (`RunAlarm`), not a timer of its own.
+
+    Like an anyio scope, it respects shields: while the body is inside an anyio scope with
+    `shield=True` (a library's clean-up: httpcore closing a cancelled request), nothing is
+    delivered until it leaves it; and what the task awaits is cancelled once, never again: a
+    task or a `gather` it waits on, once cancelled, is left to end as it will (its own
+    shielded clean-up included)."""
 
     __slots__ = (
         "_again",
@@ -79,6 +88,8 @@ class Cut:
         "_cancelling",
         "_handle",
         "_loop",
+        "_outer",
+        "_sent",
         "_task",
         "caught",
         "fired",
@@ -92,9 +103,25 @@ class Cut:
         self._handle: Due | None = None
         self._again: asyncio.Handle | None = None
         self._calls = 0
+        self._sent: object = None  # what the task awaited when last cancelled
+        # The task's innermost anyio scope outside this block: shields below it are the body's.
+        # (Inline: every step opens a cut.)
+        states = _states if _states is not None else _task_states()
+        state = None if states is None else states.get(task)
+        self._outer: object = None if state is None else state.cancel_scope
         self.fired = False
         self.caught = False
         self.joined = False
+
+    @property
+    def cancel_called(self) -> bool:
+        """anyio's name for `fired`: where a Cut stands in for an anyio scope."""
+        return self.fired
+
+    @property
+    def cancelled_caught(self) -> bool:
+        """anyio's name for `caught`."""
+        return self.caught
 
     def arm(self, deadline: Deadline) -> None:
         """Cancel once `deadline` has passed (at once, if it has)."""
@@ -108,17 +135,27 @@ class Cut:
         self._deliver()
 
     def _deliver(self) -> None:
-        # Like anyio: cancel the task whenever it waits on something not already cancelled, every
-        # loop iteration until the block is left, so a body that swallows one cancellation (an
-        # old `asyncio.wait_for`) is cancelled again at its next await.
+        # Like anyio: every loop iteration until the block is left, cancel the task whenever it
+        # waits on something it was not cancelled at already, so a body that swallows one
+        # cancellation (an old `asyncio.wait_for`) is cancelled again at its next await. Not
+        # while the body is inside a shielded anyio scope; and never twice at the same waiter:
+        # cancelling a task again that awaits another task (LangChain runs a tool's coroutine in
+        # one) would cancel that task's shielded clean-up.
         self._again = None
         task = self._task
         if task is None:
             return
-        waiter = getattr(task, "_fut_waiter", None)
-        if self._calls == 0 or (waiter is not None and not waiter.cancelled()):
-            self._calls += 1
-            task.cancel(_MESSAGE)
+        if not _shielded(task, self._outer):
+            waiter = getattr(task, "_fut_waiter", None)
+            if self._calls == 0 or (
+                waiter is not None
+                and waiter is not self._sent
+                and not waiter.done()
+                and _started(waiter)
+            ):
+                self._calls += 1
+                self._sent = waiter
+                task.cancel(_MESSAGE)
         self._again = self._loop.call_soon(self._deliver)
 
     def __enter__(self) -> Cut:
@@ -131,6 +168,7 @@ class Cut:
         tb: TracebackType | None,
     ) -> bool:
         task, self._task = self._task, None
+        self._sent = None
         if self._handle is not None:
             self._handle.cancel()
         if self._again is not None:
@@ -147,3 +185,48 @@ class Cut:
             self.caught = True  # ours alone: nobody else asked the task to stop
             return True
         return False
+
+
+def _started(waiter: object) -> bool:
+    """False for a task that has not run yet: cancelled now, it would never run at all (a
+    clean-up the body started in a task of its own, such as LangGraph's, would be skipped)."""
+    if not isinstance(waiter, asyncio.Task):
+        return True
+    coro = waiter.get_coro()
+    return not inspect.iscoroutine(coro) or inspect.getcoroutinestate(coro) != inspect.CORO_CREATED
+
+
+# -- anyio's shields, read from anyio's own task states (asyncio backend) -------------------------
+
+_BACKEND: Final = "anyio._backends._asyncio"
+_states: Mapping[asyncio.Task[Any], Any] | None = None
+
+
+def _task_states() -> Mapping[asyncio.Task[Any], Any] | None:
+    """anyio's per-task states (their `cancel_scope` is the task's innermost anyio scope), once
+    its asyncio backend is loaded: until then no task has an anyio scope."""
+    global _states
+    if _states is None:
+        backend = sys.modules.get(_BACKEND)
+        if backend is not None:
+            _states = getattr(backend, "_task_states", None)
+    return _states
+
+
+def _anyio_scope(task: asyncio.Task[Any]) -> object:
+    """The task's innermost anyio cancel scope now (None: it is in none)."""
+    states = _task_states()
+    if states is None:
+        return None
+    state = states.get(task)
+    return None if state is None else getattr(state, "cancel_scope", None)
+
+
+def _shielded(task: asyncio.Task[Any], outer: object) -> bool:
+    """True while the task is inside a shielded anyio scope entered after `outer`."""
+    scope = _anyio_scope(task)
+    while scope is not None and scope is not outer:
+        if getattr(scope, "shield", False):
+            return True
+        scope = getattr(scope, "_parent_scope", None)
+    return False

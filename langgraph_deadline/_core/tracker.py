@@ -51,6 +51,8 @@ class RunTracker:
     # deadline it was computed from), and the one timer for it (`alarm.py`).
     step_end: tuple[Deadline, Deadline] | None = None
     alarm: RunAlarm | None = None
+    # Failed attempts so far per task of the framework's that retries them (made on first use).
+    failures: dict[str, int] | None = None
 
     def close_alarm(self) -> None:
         """The run is over: its nodes' shared timer goes."""

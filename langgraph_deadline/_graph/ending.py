@@ -10,7 +10,6 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphDrained
-from langgraph.types import RetryPolicy
 
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan
@@ -20,6 +19,7 @@ from .._core.run import StepResult
 from .._core.tracker import RunTracker
 from .inputs import plain_input
 from .messages import close_pending, open_tool_calls
+from .retries import policies, retries_on, would_not_fit
 from .seams import DRAIN_REASON, drain
 from .settings import NodeSettings
 from .state import RUN_OVER, state_fields, with_trace
@@ -154,35 +154,21 @@ def finish_unbounded(state: Any, value: Any, children: list[StepRecord]) -> Any:
 def _retry_would_not_fit(
     error: BaseException, plan: Plan, settings: NodeSettings, run: RunTracker | None
 ) -> str | None:
-    """Why LangGraph's retry of this failed attempt must not start, or None if it may.
-
-    The backoff is computed as LangGraph does, with its jitter at the worst case (+1 s).
-    """
+    """Why LangGraph's retry of this failed attempt must not start, or None if it may (the rule
+    is `retries.would_not_fit`, which the retry loop's guard applies to errors raised around
+    the body)."""
     if settings.retry is None or plan.deadline is None or not isinstance(error, Exception):
         return None
-    # A RetryPolicy is a NamedTuple (a Sequence itself): tell one policy from a list of them.
-    retry = settings.retry
-    policies = (retry,) if isinstance(retry, RetryPolicy) else tuple(retry)
-    policy = next((p for p in policies if _retries_on(p, error)), None)
-    if policy is None or plan.attempt >= policy.max_attempts:
+    policy = next((p for p in policies(settings.retry) if retries_on(p, error)), None)
+    if policy is None:
         return None
-    backoff = min(
-        policy.max_interval, policy.initial_interval * policy.backoff_factor ** (plan.attempt - 1)
-    ) + (1.0 if policy.jitter else 0.0)
     reserve = settings.reserve if settings.reserve is not None else (run.reserve if run else 0.0)
-    left = plan.deadline._budget(None, reserve)
-    if backoff + settings.min_viable < left:
-        return None
-    return (
-        f"{plan.name} failed ({type(error).__name__}) and its retry would not fit: "
-        f"{backoff:.2f} s of backoff plus {settings.min_viable:.2f} s of work, {left:.2f} s left"
+    return would_not_fit(
+        policy,
+        error,
+        name=plan.name,
+        attempt=plan.attempt,
+        deadline=plan.deadline,
+        reserve=reserve,
+        min_viable=settings.min_viable,
     )
-
-
-def _retries_on(policy: Any, error: Exception) -> bool:
-    retry_on = policy.retry_on
-    if isinstance(retry_on, type):
-        return isinstance(error, retry_on)
-    if isinstance(retry_on, Sequence):
-        return isinstance(error, tuple(retry_on))
-    return bool(retry_on(error))

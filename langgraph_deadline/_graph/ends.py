@@ -1,12 +1,15 @@
 """Runs that end without LangGraph finishing them: a resume that comes after the deadline, a run
-drained because a step ran out, and a run the deadline cancelled as a whole (the backstop)."""
+drained because a step ran out, and a run the deadline cancelled as a whole (the backstop).
+
+One module because these ends share one way of reading the checkpoint and writing the outcome,
+the records and the answers to open tool calls back to it."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
@@ -16,8 +19,8 @@ from langgraph.types import Command
 
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
-from .messages import answered, closing_reply, messages_of
-from .resume import akeep_deadline, keep_deadline, saved
+from .messages import answer_open_calls, answered, closing_reply, messages_of
+from .resume import saved
 from .state import RUN_OVER
 from .terminal import emit_run_outcome, exceeded, outcome_from
 
@@ -109,25 +112,45 @@ async def _aread(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> A
         return run.latest
 
 
+_ANSWERS: Final = "__langgraph_deadline_answers"
+"""Where `assemble` leaves its answers to open tool calls, and the node that was answering
+them. They are written as that node: it is done, as a step that answers its own calls is, and
+a resume does not answer them twice (without the node, or if that fails, as the rest is)."""
+
+
 def _write(graph: DeadlineRuns, cfg: RunnableConfig, update: dict[str, Any]) -> None:
-    if not (update and saved(graph, cfg)):
+    if not saved(graph, cfg):
         return
-    with _writing():
-        # LangGraph's own stream, not ours: this run must not be taken for a user's resume.
-        for _ in CompiledStateGraph.stream(
-            graph, Command(update=update), _clean(cfg), control=_persist_control()
-        ):
-            pass
+    node, answers = update.pop(_ANSWERS, (None, []))
+    try:
+        if answers:
+            CompiledStateGraph.update_state(graph, _clean(cfg), {"messages": answers}, node)
+    except Exception:
+        update["messages"] = [*answers, *update.get("messages", [])]
+    if update:
+        with _writing():
+            # LangGraph's own stream, not ours: this run must not be taken for a user's resume.
+            for _ in CompiledStateGraph.stream(
+                graph, Command(update=update), _clean(cfg), control=_persist_control()
+            ):
+                pass
 
 
 async def _awrite(graph: DeadlineRuns, cfg: RunnableConfig, update: dict[str, Any]) -> None:
-    if not (update and saved(graph, cfg)):
+    if not saved(graph, cfg):
         return
-    with _writing():
-        async for _ in CompiledStateGraph.astream(
-            graph, Command(update=update), _clean(cfg), control=_persist_control()
-        ):
-            pass
+    node, answers = update.pop(_ANSWERS, (None, []))
+    try:
+        if answers:
+            await CompiledStateGraph.aupdate_state(graph, _clean(cfg), {"messages": answers}, node)
+    except Exception:
+        update["messages"] = [*answers, *update.get("messages", [])]
+    if update:
+        with _writing():
+            async for _ in CompiledStateGraph.astream(
+                graph, Command(update=update), _clean(cfg), control=_persist_control()
+            ):
+                pass
 
 
 @contextlib.contextmanager
@@ -147,9 +170,8 @@ def final_state(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, why: 
     state is read from it (it holds the results of the steps that finished in the cut
     superstep), and the outcome, the records and the reply are written to it."""
     state, update = assemble(graph, run, _read(graph, run, cfg), why)
-    _write(graph, cfg, update)
-    keep_deadline(graph, run, cfg)
     run.final_news = bool(update)
+    _write(graph, cfg, update)
     return _returned(graph, run, state)
 
 
@@ -158,9 +180,8 @@ async def afinal_state(
 ) -> Any:
     """`final_state`, reading and writing the checkpoint asynchronously."""
     state, update = assemble(graph, run, await _aread(graph, run, cfg), why)
-    await _awrite(graph, cfg, update)
-    await akeep_deadline(graph, run, cfg)
     run.final_news = bool(update)
+    await _awrite(graph, cfg, update)
     return _returned(graph, run, state)
 
 
@@ -221,6 +242,18 @@ def assemble(
     settings = graph.deadline_settings
     messages = messages_of(values)
     if (
+        run.backstop_fired
+        and messages is not None
+        and (answers := answer_open_calls(messages, run.records))
+    ):
+        # The run was cancelled as a whole while a step was answering tool calls: answered
+        # here, as that step would have, and written as that step (`_ANSWERS`), so that the
+        # history stays valid for the next turn and a resume does not answer them twice.
+        messages = [*messages, *answers]
+        state["messages"] = messages
+        cut = [r.name for r in run.records if r.kind == "node" and r.status.ran_out]
+        update[_ANSWERS] = (cut[-1] if cut else None, answers)
+    if (
         messages is not None
         and settings.closing_message
         and settings.reserve > 0
@@ -228,7 +261,7 @@ def assemble(
     ):
         reply = closing_reply(messages, outcome)
         state["messages"] = [*messages, reply]
-        update["messages"] = [reply]
+        update["messages"] = [*update.get("messages", []), reply]
     if settings.has_fields:
         state["deadline_outcome"] = outcome
         state["deadline_trace"] = [*(values.get("deadline_trace") or []), *_missing(run, values)]

@@ -39,6 +39,7 @@ from .ends import (
 from .inputs import ceiling, entry_input, plain_steps, sets_deadline
 from .node import unwrapped
 from .resume import akeep_deadline, aresume, keep_deadline, resume, saved, thread_deadline
+from .retries import AsyncInRun, InRun, running
 from .seams import DRAIN_REASON, check_thread
 from .settings import GraphSettings
 from .state import fresh_run_update
@@ -180,7 +181,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
-            for chunk in super().stream(input, cfg, **kwargs):
+            for chunk in InRun(run, super().stream(input, cfg, **kwargs)):
                 note_chunk(run, chunk, mode)
                 yield chunk
         except GraphDrained as exc:
@@ -230,7 +231,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             return
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
-            stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
+            stream = AsyncInRun(run, super().astream(input, cfg, **kwargs))
             async with contextlib.aclosing(stream) as inner:
                 async for chunk in inner:
                     note_chunk(run, chunk, mode)
@@ -325,7 +326,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             then = (run.deadline, _fire_backstop, run, backstop)
             run.alarm = RunAlarm(loop, run_step_end(run), run.signal, then)
         try:
-            with backstop:
+            with backstop, running(run):
                 try:
                     result = await super().ainvoke(input, cfg, **kwargs)
                 except BaseException as exc:

@@ -148,6 +148,31 @@ def close_pending(
     return answers
 
 
+def answer_open_calls(
+    messages: Sequence[BaseMessage], records: Sequence[StepRecord]
+) -> list[ToolMessage]:
+    """Answers for the tool calls a run left open when it was cancelled as a whole (the run's
+    backstop fired while the step answering them was still ending): the model-readable
+    timeout, as the step would have given it, from the last record of the run that ran out."""
+    calls = unanswered_tool_calls(messages)
+    if not calls:
+        return []
+    record = next((r for r in reversed(records) if r.status.ran_out), None)
+    if record is None:
+        record = StepRecord(
+            name="tools",
+            kind="node",
+            attempt=1,
+            remaining_ms=0.0,
+            requested_ms=None,
+            allocated_ms=0.0,
+            clamped=True,
+            elapsed_ms=0.0,
+            status=StepStatus.SKIPPED,
+        )
+    return close_pending(calls, record)
+
+
 def closing_text(messages: Sequence[BaseMessage]) -> str:
     """The reply when time ran out: say so, and what the tools had found this turn."""
     results: list[ToolMessage] = []

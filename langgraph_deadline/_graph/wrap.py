@@ -15,6 +15,7 @@ from .._core.validate import check_cap, check_fits, check_mapping, check_seconds
 from .functional import DeadlineEntrypoint, is_entrypoint, wrap_entrypoint
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
+from .retries import guard_retries
 from .routes import guard_branches
 from .seams import defaults_to_compile
 from .settings import GraphSettings, NodeSettings
@@ -188,6 +189,8 @@ def with_deadlines(
     }
     wrapped.branches = guard_branches(builder.branches)  # type: ignore[assignment]
     wrapped._node_defaults = defaults_to_compile(builder)
+    compiled = wrapped.compile(**compile_kwargs)
+    guard_retries(compiled, mins)  # the builder's default policies are applied by now
     has_fields = {"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels)
     settings = GraphSettings(
         timeout=timeout_s,
@@ -195,7 +198,7 @@ def with_deadlines(
         has_fields=has_fields,
         closing_message=closing_message,
     )
-    ours = DeadlineGraph.of(wrapped.compile(**compile_kwargs), settings)
+    ours = DeadlineGraph.of(compiled, settings)
     if isinstance(graph, CompiledStateGraph) and graph.config:
         # What `.with_config(...)` gave the graph (create_agent: recursion_limit, metadata).
         ours = ours.with_config(graph.config)

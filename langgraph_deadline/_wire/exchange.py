@@ -19,7 +19,6 @@ whose body has been read in full, the usual case, is watched at all times.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import math
 import time
@@ -31,6 +30,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .._core.cancel import CancelSignal, current_signal, reset_signal, set_signal
 from .._core.context import deadline_scope
+from .._core.cut import Cut
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .format import error_body
@@ -49,13 +49,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _DISCONNECT: Message = {"type": "http.disconnect"}
 WATCH_AFTER: Final = 0.02  # seconds a request runs before a task watches for its client leaving
 READ_AHEAD: Final = 1  # request messages the watcher may hold that the app has not taken
-
-
-@functools.cache
-def _asyncio_scope() -> type[anyio.CancelScope]:
-    """anyio's cancel scope class on asyncio, looked up once: `anyio.CancelScope()` asks sniffio
-    which event loop runs on every call."""
-    return type(anyio.CancelScope())
 
 
 class Exchange:
@@ -91,7 +84,10 @@ class Exchange:
         self._disconnected = False
         self._reading = False  # the app is waiting on `receive` itself
         self._done = False
-        self._cut: anyio.CancelScope  # made in `run`, for the event loop it runs on
+        # Made in `run`, for the event loop it runs on. On asyncio this library's `Cut`: an
+        # anyio scope would cancel the clean-up a handler's LangGraph run leaves through (a
+        # task it awaits) before it starts, and the tasks LangGraph started would run on.
+        self._cut: anyio.CancelScope | Cut
         self._cut_at = math.inf  # loop time of the cut (asyncio: `_tick` cuts, not anyio)
         self._watch_at = math.inf  # loop time from which a watcher may start (asyncio)
         # The request's "stop" for work the handler starts in other tasks (LangGraph's nodes,
@@ -116,7 +112,9 @@ class Exchange:
                 error, expired = await self._serve(app, deadline)
                 tg.cancel_scope.cancel()
         else:
-            self._cut = _asyncio_scope()()
+            task = asyncio.current_task(loop)
+            assert task is not None  # an ASGI server runs each request in a task
+            self._cut = Cut(loop, task)
             now = loop.time()
             self._watch_at = now + WATCH_AFTER
             if deadline is not None:

@@ -156,17 +156,17 @@ async def test_default_tools_over_stdio_stop_the_server_process_with_the_call(
         await anyio.sleep(0.05)
 
 
-async def test_default_tools_over_streamable_http_leave_the_server_tool_running(
+async def test_default_tools_over_streamable_http_stop_the_server_tool_as_the_session_closes(
     http_server: tuple[str, ServerLog],
 ) -> None:
     url, log = http_server
-    # A new session per call, whose closing request is cancelled with the call: the server
-    # never hears of the cut, and its tool runs to its end.
+    # A new session per call, closed as the call is cut: the cut lets the MCP client's own
+    # clean-up run (it sends the session's closing request), and the server stops the tool.
     tools = deadline_tools(await http_client(url).get_tools(), default=CAP)
     elapsed, answer = await run_agent(tools, "http-per-call")
     assert elapsed < CAP + MARGIN
     assert_timeout_answer(answer)
-    assert await log.wait_for_end("http-per-call", within=10) == ["start", "finished"]
+    assert await log.wait_for_end("http-per-call", within=10) == ["start", "cancelled"]
 
 
 async def test_mcp_tools_are_the_servers_tools_with_their_caps(stdio_log: ServerLog) -> None:

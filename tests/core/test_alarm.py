@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import anyio
 import pytest
@@ -69,3 +70,50 @@ async def test_closing_it_drops_the_timer() -> None:
         signal.register(cut)
         await asyncio.sleep(0.1)  # past its time: nothing fires
     assert not cut.fired
+
+
+async def test_a_late_alarm_gives_the_cuts_it_fires_the_hand_off_before_the_backstop() -> None:
+    # The loop stalls past both instants: without a hand-off the backstop would come in the
+    # very next iteration, while the step cut at its end is still delivering its answer.
+    loop = asyncio.get_running_loop()
+    signal = CancelSignal()
+    order: list[str] = []
+    called = asyncio.Event()
+
+    def backstop() -> None:
+        order.append("backstop")
+        called.set()
+
+    alarm = RunAlarm(loop, Deadline.after(0.02), signal, (Deadline.after(0.03), backstop))
+
+    async def step() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        with Cut(loop, task) as cut:
+            cut.joined = True
+            signal.register(cut)
+            try:
+                await asyncio.sleep(5)
+            finally:
+                for _ in range(20):  # a few loop iterations to give its answer
+                    await asyncio.sleep(0)
+                order.append("step answered")
+        signal.unregister(cut)
+
+    runner = asyncio.create_task(step())
+    await asyncio.sleep(0)
+    time.sleep(0.05)  # noqa: ASYNC251 - the stall: both deadlines pass
+    with anyio.fail_after(5):
+        await runner
+        await called.wait()
+    assert alarm.fired and order == ["step answered", "backstop"]
+
+
+async def test_a_late_alarm_with_no_cut_to_wait_for_fires_the_backstop_at_once() -> None:
+    loop = asyncio.get_running_loop()
+    called = asyncio.Event()
+    alarm = RunAlarm(loop, Deadline.after(0.01), CancelSignal(), (Deadline.after(0.02), called.set))
+    time.sleep(0.03)  # noqa: ASYNC251 - the stall
+    with anyio.fail_after(0.5):
+        await called.wait()
+    assert alarm.fired

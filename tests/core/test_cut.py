@@ -6,6 +6,7 @@ import asyncio
 from importlib.util import find_spec
 from typing import Any
 
+import anyio
 import pytest
 
 from langgraph_deadline._core.cut import Cut
@@ -137,3 +138,80 @@ async def test_a_cut_on_uvloop_never_comes_before_its_deadline() -> None:
                 raise
         assert cut.caught
     assert early == 0
+
+
+# -- shields: a library's clean-up after the cut runs to its end --------------------------------
+
+
+async def test_a_shielded_anyio_clean_up_in_the_body_is_not_cancelled_again() -> None:
+    # httpcore closes a cancelled request inside `anyio.CancelScope(shield=True)`, waiting on a
+    # lock: delivering the cancellation again there would leave the connection in use.
+    cleaned = []
+
+    async def body() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            with anyio.CancelScope(shield=True):
+                await asyncio.sleep(0.05)  # a wait on a future, several loop iterations
+                cleaned.append(True)
+            raise
+        return "finished"
+
+    cut, result = await _cut_after(0.02, body)
+    assert cleaned == [True] and cut.caught and result is None
+
+
+async def test_a_cut_that_comes_inside_a_shield_waits_for_the_body_to_leave_it() -> None:
+    shielded = []
+
+    async def body() -> str:
+        with anyio.CancelScope(shield=True):
+            await asyncio.sleep(0.08)  # the cut's time passes in here
+            shielded.append("done")
+        await asyncio.sleep(10)  # cut here
+        return "ran on"
+
+    cut, result = await _cut_after(0.02, body)
+    assert shielded == ["done"] and cut.caught and result is None
+
+
+async def test_a_shield_around_the_cut_does_not_stop_it() -> None:
+    with anyio.CancelScope(shield=True):
+        cut, result = await _cut_after(0.02, lambda: asyncio.sleep(10, "ran on"))
+    assert cut.caught and result is None
+
+
+async def test_a_task_the_body_awaits_is_cancelled_once_and_its_clean_up_runs() -> None:
+    # LangChain runs a tool's coroutine in a task of its own: the cut reaches it through the
+    # await, once; cancelling it again would cancel its (shielded or not) clean-up.
+    cleaned = []
+
+    async def worker(shield: bool) -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            with anyio.CancelScope(shield=shield):
+                await asyncio.sleep(0.05)
+                cleaned.append(shield)
+            raise
+        return "finished"
+
+    for shield in (True, False):
+        cut, result = await _cut_after(0.02, lambda s=shield: asyncio.create_task(worker(s)))
+        assert cut.caught and result is None
+    assert cleaned == [True, False]
+
+
+async def test_an_asyncio_shield_in_the_body_keeps_its_work_running() -> None:
+    finished = []
+
+    async def work() -> None:
+        await asyncio.sleep(0.06)
+        finished.append(True)
+
+    inner = asyncio.ensure_future(work())
+    cut, result = await _cut_after(0.02, lambda: asyncio.shield(inner))
+    assert cut.caught and result is None and not inner.done()
+    await inner
+    assert finished == [True]

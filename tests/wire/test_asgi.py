@@ -358,3 +358,36 @@ def test_a_reserve_that_takes_the_whole_limit_is_refused_naming_both(
     """Else every request would be answered 504 and the handler never run."""
     with pytest.raises(ValueError, match=says):
         DeadlineASGIMiddleware(App(), **kwargs)
+
+
+@pytest.mark.anyio
+async def test_a_handler_running_a_plain_langgraph_run_has_its_tasks_cancelled_at_the_cut() -> None:
+    # The handler's LangGraph run leaves through a clean-up task that cancels the tasks it
+    # started (here a Functional API @task); the cut lets that clean-up run, so the @task's
+    # request is closed at the server, not served to its end after the 504.
+    from langgraph.func import entrypoint, task
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from langgraph_deadline.testing import SlowServer
+
+    with SlowServer() as server:
+
+        @task
+        async def fetch(n: int) -> str:
+            async with httpx.AsyncClient() as client:
+                return (await client.get(server.url("/slow?delay=5"))).text
+
+        @entrypoint()
+        async def workflow(n: int) -> str:
+            return await fetch(n)
+
+        async def route(request: Any) -> JSONResponse:
+            return JSONResponse({"answer": await workflow.ainvoke(1)})
+
+        app = DeadlineASGIMiddleware(Starlette(routes=[Route("/", route)]), max_timeout=0.5)
+        async with _client(app) as client:
+            response = await client.get("/")
+        assert response.status_code == 504
+        assert await anyio.to_thread.run_sync(server.wait_disconnected, 2.0)
