@@ -40,8 +40,13 @@ def _sdist(version: str, into: Path) -> Path:
     return root
 
 
-def _run(root: Path, mode: str, out: Path, extra: list[str]) -> dict[str, str]:
-    """Run the suite in `mode`; each test's outcome by id ("passed", "failed", "skipped")."""
+def _run(root: Path, mode: str, out: Path, targets: list[str], workers: int) -> dict[str, str]:
+    """Run `targets` of the suite in `mode`; each test's outcome by id ("passed", "failed",
+    "skipped").
+
+    A test that hangs (CPython 3.11's threading can deadlock a worker now and then, plain or
+    wrapped) is ended by pytest-timeout's thread method, which ends its worker: the test fails
+    and xdist starts another worker for the rest."""
     out.unlink(missing_ok=True)
     env = {
         **os.environ,
@@ -50,11 +55,17 @@ def _run(root: Path, mode: str, out: Path, extra: list[str]) -> dict[str, str]:
         "LGD_SUITE_OUT": str(out),
         "PYTHONPATH": str(HERE),
     }
-    cmd = [sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider",
-           "-p", "plugin", "-n", "2", "-o", "addopts=", "--timeout", "300", *extra]  # fmt: skip
-    print(f"== {mode}: {' '.join(cmd[3:])}", flush=True)
-    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-    print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:])
+    cmd = [sys.executable, "-m", "pytest", *targets, "-q", "-p", "no:cacheprovider",
+           "-p", "plugin", "-o", "addopts=", "--timeout", "120", "--timeout-method", "thread",
+           "-n", str(workers)]  # fmt: skip
+    print(
+        f"== {mode}: pytest {' '.join(cmd[3:]) if len(targets) < 5 else f'({len(targets)} tests)'}"
+    )
+    try:
+        done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
+        print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:])
+    except subprocess.TimeoutExpired:
+        print(f"the {mode} run did not end in 30 minutes: what it wrote by then is read")
     outcomes: dict[str, str] = {}
     for line in out.read_text().splitlines() if out.exists() else ():
         row = json.loads(line)
@@ -78,13 +89,20 @@ def main() -> int:
     args, extra = parser.parse_known_args()
     version = importlib.metadata.version("langgraph")
     root = _sdist(version, args.keep.resolve())
-    plain = _run(root, "plain", args.keep.resolve() / "plain.jsonl", extra)
-    wrapped = _run(root, "wrapped", args.keep.resolve() / "wrapped.jsonl", extra)
+    keep = args.keep.resolve()
+    plain = _run(root, "plain", keep / "plain.jsonl", extra or ["tests"], 2)
+    wrapped = _run(root, "wrapped", keep / "wrapped.jsonl", extra or ["tests"], 2)
     if not plain or not wrapped:
         print("no test ran")
         return 1
     passed = {t for t, o in plain.items() if o == "passed"}
     broken = sorted(t for t in passed if wrapped.get(t, "missing") != "passed")
+    if broken:  # once more, one at a time: a hang or a timing flake is not a difference
+        again = _run(root, "wrapped", keep / "again.jsonl", broken, 0)
+        flaky = sorted(t for t in broken if again.get(t) == "passed")
+        for t in flaky:
+            print(f"failed wrapped, then passed wrapped when run again alone: {t}")
+        broken = [t for t in broken if t not in flaky]
     allowed = _allowlist()
     unexpected = [t for t in broken if t not in allowed]
     stale = sorted(t for t in allowed if t in passed and wrapped.get(t) == "passed")

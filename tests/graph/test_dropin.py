@@ -84,13 +84,8 @@ class Log(TypedDict):
 
 
 def _two_steps() -> StateGraph[Any, Any, Any, Any]:
-    b = StateGraph(Log)
-    b.add_node("a", lambda s: {"log": ["a"]})
-    b.add_node("b", lambda s: {"log": ["b"]})
-    b.add_edge(START, "a")
-    b.add_edge("a", "b")
-    b.add_edge("b", END)
-    return b
+    steps = [("a", lambda s: {"log": ["a"]}), ("b", lambda s: {"log": ["b"]})]
+    return StateGraph(Log).add_sequence(steps).add_edge(START, "a").add_edge("b", END)
 
 
 def _plain_data(x: Any) -> Any:

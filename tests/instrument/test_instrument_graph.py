@@ -265,15 +265,20 @@ async def test_sync_nodes_report_abandoned_work_from_their_threads() -> None:
     )
 
 
-@pytest.mark.anyio
-async def test_astream_events_shows_the_step_records() -> None:
-    set_observers([CallbacksObserver()])
-    graph = with_deadlines(_agent_graph(), timeout=TIMEOUT)
+async def _custom_events(graph: Any) -> list[tuple[str, str, str]]:
+    """(event, step, status) of each custom event `astream_events` shows for one run."""
     seen = []
     async for event in graph.astream_events({"messages": [HumanMessage(USER_TEXT)]}):
         if event["event"] == "on_custom_event":
             data: Any = event["data"]
             seen.append((event["name"], data["name"], data["status"]))
+    return seen
+
+
+@pytest.mark.anyio
+async def test_astream_events_shows_the_step_records() -> None:
+    set_observers([CallbacksObserver()])
+    seen = await _custom_events(with_deadlines(_agent_graph(), timeout=TIMEOUT))
     assert seen == [
         (STEP_EVENT, "agent", "completed"),
         (STEP_EVENT, "lookup", "completed"),
@@ -295,10 +300,5 @@ async def test_off_switch_sends_no_custom_events() -> None:
 @pytest.mark.anyio
 async def test_the_default_callbacks_send_only_what_the_deadline_did() -> None:
     set_observers(None)  # the defaults: CallbacksObserver(deadline_only=True)
-    graph = with_deadlines(_agent_graph(), timeout=TIMEOUT)
-    seen = []
-    async for event in graph.astream_events({"messages": [HumanMessage(USER_TEXT)]}):
-        if event["event"] == "on_custom_event":
-            data: Any = event["data"]
-            seen.append((event["name"], data["name"], data["status"]))
+    seen = await _custom_events(with_deadlines(_agent_graph(), timeout=TIMEOUT))
     assert seen == [(STEP_EVENT, "slow", "timed_out")]  # the completed steps send nothing
