@@ -97,13 +97,14 @@ def main() -> int:
         return 1
     passed = {t for t, o in plain.items() if o == "passed"}
     broken = sorted(t for t in passed if wrapped.get(t, "missing") != "passed")
-    if broken:  # once more, one at a time: a hang or a timing flake is not a difference
-        again = _run(root, "wrapped", keep / "again.jsonl", broken, 0)
+    allowed = _allowlist()
+    if suspects := [t for t in broken if t not in allowed]:
+        # Once more, one at a time: a hang or a timing flake is not a difference.
+        again = _run(root, "wrapped", keep / "again.jsonl", suspects, 0)
         flaky = sorted(t for t in broken if again.get(t) == "passed")
         for t in flaky:
             print(f"failed wrapped, then passed wrapped when run again alone: {t}")
         broken = [t for t in broken if t not in flaky]
-    allowed = _allowlist()
     unexpected = [t for t in broken if t not in allowed]
     stale = sorted(t for t in allowed if t in passed and wrapped.get(t) == "passed")
     print(
