@@ -215,3 +215,20 @@ async def test_an_asyncio_shield_in_the_body_keeps_its_work_running() -> None:
     assert cut.caught and result is None and not inner.done()
     await inner
     assert finished == [True]
+
+
+@pytest.mark.anyio
+async def test_anyio_still_keeps_the_task_states_a_cut_reads_its_shields_from() -> None:
+    """`cut._shielded` reads anyio's private per-task states (asyncio backend): when anyio
+    changes them, this fails here, not as a cut that cancels a library's shielded clean-up."""
+    from langgraph_deadline._core import cut
+
+    task = asyncio.current_task()
+    assert task is not None
+    with anyio.CancelScope() as outer:
+        assert cut._anyio_scope(task) is outer
+        with anyio.CancelScope(shield=True) as shield:
+            assert cut._anyio_scope(task) is shield
+            assert shield._parent_scope is outer  # type: ignore[attr-defined]
+            assert cut._shielded(task, outer)
+        assert not cut._shielded(task, outer)
