@@ -226,8 +226,10 @@ async def test_anyio_still_keeps_the_task_states_a_cut_reads_its_shields_from() 
     task = asyncio.current_task()
     assert task is not None
     with anyio.CancelScope() as outer:
+        await anyio.sleep(0)
         assert cut._anyio_scope(task) is outer
         with anyio.CancelScope(shield=True) as shield:
+            await anyio.sleep(0)
             assert cut._anyio_scope(task) is shield
             assert shield._parent_scope is outer  # type: ignore[attr-defined]
             assert cut._shielded(task, outer)
