@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "_agents": {"_core", "_graph", "_retry", "_tools"},
     "_wire": {"_core"},
     "_instrument": {"_core"},
+    "_learn": {"_core"},
     "_report": {"_core"},
     "testing": {"_core"},
     "_apps": {"_public", "_report", "testing"},  # the demo uses what users can import

@@ -171,11 +171,11 @@ def _retry_would_not_fit(
     ) + (1.0 if policy.jitter else 0.0)
     reserve = settings.reserve if settings.reserve is not None else (run.reserve if run else 0.0)
     left = plan.deadline._budget(None, reserve)
-    if backoff + settings.min_viable < left:
+    if backoff + plan.min_viable < left:
         return None
     return (
         f"{plan.name} failed ({type(error).__name__}) and its retry would not fit: "
-        f"{backoff:.2f} s of backoff plus {settings.min_viable:.2f} s of work, {left:.2f} s left"
+        f"{backoff:.2f} s of backoff plus {plan.min_viable:.2f} s of work, {left:.2f} s left"
     )
 
 
