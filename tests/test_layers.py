@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "_wire": {"_core"},
     "_instrument": {"_core"},
     "_learn": {"_core"},
-    "_report": {"_core"},
+    "_report": {"_core", "_learn"},
     "testing": {"_core"},
     "_apps": {"_public", "_report", "testing"},  # the demo uses what users can import
 }

@@ -239,3 +239,29 @@ def test_budgeted_takes_a_learned_cap() -> None:
     assert callable(node)
     with pytest.raises(ValueError, match="min_viable"):
         budgeted(lambda s: s, cap=learned(book, cap=1.0), min_viable=2.0)
+
+
+def test_the_report_shows_learned_quantiles_censored_share_and_cap() -> None:
+    from langgraph_deadline._report.learned import format_learned
+    from langgraph_deadline._report.trace import Trace
+
+    def rec(ms: float, status: StepStatus) -> StepRecord:
+        return StepRecord(
+            name="search",
+            kind="tool",
+            attempt=1,
+            remaining_ms=None,
+            requested_ms=None,
+            allocated_ms=None,
+            clamped=False,
+            elapsed_ms=ms,
+            status=status,
+        )
+
+    loose = tuple([rec(100.0, StepStatus.COMPLETED)] * 9 + [rec(800.0, StepStatus.TIMED_OUT)])
+    text = format_learned(Trace(runs=(), loose=loose), min_samples=5)
+    row = next(line.split() for line in text.splitlines() if line.startswith("search"))
+    assert row[:4] == ["search", "tool", "10", "10%"]
+    assert float(row[4]) == pytest.approx(100, rel=0.01)
+    assert row[6].startswith(">=") and float(row[6][2:]) == pytest.approx(800, rel=0.01)
+    assert float(row[7]) == pytest.approx(1200, rel=0.01)  # p99 (>= 800 ms) x 1.5
