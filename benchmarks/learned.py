@@ -38,7 +38,7 @@ from langgraph_deadline._core.observe import StepEvent
 from langgraph_deadline.instrument import get_observers, set_observers
 from langgraph_deadline.testing import SlowServer
 
-from ._common import Section, Table, percentile
+from ._common import Check, Section, Table, percentile
 
 __all__ = ["run"]
 
@@ -267,4 +267,6 @@ def run(*, quick: bool = False) -> Section:
         ("learned caps: runs complete", f"{learned_row['complete'] * 100:.1f} %")
     )
     section.figures.append(("latency book: recording a sample", f"{per_us:.2f} µs"))
+    section.checks.append(Check("latency book: recording a sample", per_us, 3.0, " µs"))
+    section.checks.append(Check("latency book: bytes per key", per_key / 1024, 64.0, " KiB"))
     return section
