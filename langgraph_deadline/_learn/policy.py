@@ -23,6 +23,7 @@ from .sketch import LatencySketch
 __all__ = ["Learned", "learned"]
 
 _REFRESH: Final = 16  # work a step's numbers out again when its samples grew by 1/16
+_THEN: Final = ("", "then")  # the memo's key for the steps named in `then`
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,19 +81,29 @@ class Learned(StepRule):
         step at least its own learned median (else the step takes it all: it runs now)."""
         if not self.then:
             return 0.0
-        after = 0.0
-        for later in self.then:
-            sk = _by_name(self.book, later)
-            if sk.count < max(1, self.min_samples):
-                continue
-            est = sk.quantile(self.quantile)
-            assert est is not None
-            after += est.seconds
+        after = self._after()
         if after <= 0.0:
             return 0.0
         own = self._numbers(kind, name)
         need = own.typical if own is not None else 0.0
         return after if budget - after >= need else 0.0
+
+    def _after(self) -> float:
+        """The steps in `then`: their learned `quantile`s summed (the warm ones), kept until
+        their samples grow by a sixteenth."""
+        count = sum(_count_by_name(self.book, later) for later in self.then)
+        memo = self._memo.get(_THEN)
+        if memo is not None and count < memo.count + max(1, memo.count // _REFRESH):
+            return memo.typical
+        after = 0.0
+        for later in self.then:
+            sk = _by_name(self.book, later)
+            if sk.count >= max(1, self.min_samples):
+                est = sk.quantile(self.quantile)
+                assert est is not None
+                after += est.seconds
+        self._memo[_THEN] = _Numbers(count, None, 0.0, after)
+        return after
 
     def refusal(self, kind: str, name: str, budget: float) -> str:
         sk = self.book.sketch(name, kind)
@@ -106,6 +117,13 @@ class Learned(StepRule):
         if ceiling is None or (self.ceiling is not None and self.ceiling <= ceiling):
             return self
         return dataclasses.replace(self, ceiling=ceiling, _memo={})
+
+
+def _count_by_name(book: LatencyBook, name: str) -> int:
+    kind, sep, rest = name.partition(":")
+    if sep and kind in KINDS:
+        return book.count(rest, kind)
+    return sum(book.count(name, k) for k in KINDS)
 
 
 def _by_name(book: LatencyBook, name: str) -> LatencySketch:

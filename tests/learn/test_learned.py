@@ -265,3 +265,17 @@ def test_the_report_shows_learned_quantiles_censored_share_and_cap() -> None:
     assert float(row[4]) == pytest.approx(100, rel=0.01)
     assert row[6].startswith(">=") and float(row[6][2:]) == pytest.approx(800, rel=0.01)
     assert float(row[7]) == pytest.approx(1200, rel=0.01)  # p99 (>= 800 ms) x 1.5
+
+
+def test_the_agent_middleware_takes_learned_tool_caps() -> None:
+    from langgraph_deadline.agents import DeadlineMiddleware
+
+    book = _book("lookup", [0.1] * 60)
+    rule = learned(book, min_samples=50, headroom=2.0, cap=3.0)
+    middleware = DeadlineMiddleware(timeout=10, tool_caps={"lookup": rule}, default_tool_cap=rule)
+    assert middleware.tool_caps["lookup"] is rule
+    with deadline_scope(10.0):
+        plan = plan_step("lookup", "tool", cap=middleware.settings.tool_cap("lookup"), min_viable=0)
+    assert plan.budget == pytest.approx(0.2, rel=0.02)
+    with pytest.raises(TypeError, match=r"tool_caps\['lookup'\]"):
+        DeadlineMiddleware(tool_caps={"lookup": "fast"})  # type: ignore[dict-item]
