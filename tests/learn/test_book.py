@@ -51,11 +51,14 @@ def test_a_book_hears_every_step_even_with_instrumentation_off() -> None:
 
 
 def test_a_book_nobody_keeps_stops_listening() -> None:
-    book = LatencyBook()
-    del book
-    gc.collect()
     from langgraph_deadline._core import observe
 
+    book = LatencyBook()
+    assert any(ref() is book for ref in observe._listeners)
+    listening = len(observe._listeners)
+    del book
+    gc.collect()
+    assert len(observe._listeners) == listening - 1
     assert all(ref() is not None for ref in observe._listeners)
 
 
