@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import agents, http_overhead, load, overhead, overshoot, tools
+from . import agents, http_overhead, learned, load, overhead, overshoot, tools
 from ._common import Section, machine
 
 BENCHMARKS: dict[str, Callable[..., Section]] = {
@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "http": http_overhead.run,
     "agents": agents.run,
     "load": load.run,
+    "learned": learned.run,
 }
 
 

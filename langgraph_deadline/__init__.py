@@ -22,6 +22,9 @@ from ._graph.state import DeadlineState, deadline_input
 from ._graph.terminal import terminal_of
 from ._graph.wrap import with_deadlines
 from ._instrument.defaults import default_observers as _default_observers
+from ._learn.book import LatencyBook
+from ._learn.policy import Learned, learned
+from ._learn.sketch import Estimate, LatencySketch
 from ._retry.retry import retry
 from ._retry.tenacity import stop_at_deadline, wait_within_deadline
 from ._tools.cache import InMemoryStaleCache, StaleCache, StoreStaleCache
@@ -39,7 +42,11 @@ __all__ = [
     "DeadlineModel",
     "DeadlineState",
     "DeadlineTool",
+    "Estimate",
     "InMemoryStaleCache",
+    "LatencyBook",
+    "LatencySketch",
+    "Learned",
     "ManualClock",
     "Outcome",
     "ScopeFrame",
@@ -60,6 +67,7 @@ __all__ = [
     "deadline_tool",
     "deadline_tools",
     "earliest",
+    "learned",
     "remaining",
     "retry",
     "stop_at_deadline",

@@ -93,6 +93,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from ._report.learned import format_learned
     from ._report.report import format_report
     from ._report.stats import step_stats
     from ._report.trace import read_trace
@@ -118,6 +119,8 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     stats = step_stats(trace, headroom=args.headroom)
     text = format_report(trace, stats, headroom=args.headroom)
     print(text)
+    print()
+    print(format_learned(trace))
     if args.plot is None:
         return 0
     try:

@@ -24,7 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "_agents": {"_core", "_graph", "_retry", "_tools"},
     "_wire": {"_core"},
     "_instrument": {"_core"},
-    "_report": {"_core"},
+    "_learn": {"_core"},
+    "_report": {"_core", "_learn"},
     "testing": {"_core"},
     "_apps": {"_public", "_report", "testing"},  # the demo uses what users can import
 }

@@ -42,6 +42,11 @@ DOCUMENTED = {
     "wait_within_deadline",
     "terminal_of",
     "with_deadlines",
+    "LatencyBook",
+    "LatencySketch",
+    "Learned",
+    "Estimate",
+    "learned",
 }
 
 

@@ -27,6 +27,7 @@ from .._core.context import current_deadline
 from .._core.deadline import Deadline, earliest
 from .._core.record import child_records
 from .._core.records import Outcome, StepRecord, Terminal
+from .._core.rules import StepRule
 from .._core.run import run_async, run_sync
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state, fresh_run_update
@@ -59,7 +60,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       ends with a final assistant message saying the time ran out and listing what the tools
       had found, closes every pending tool call with an error `ToolMessage` (the history stays
       valid for the next turn) and sets `deadline_outcome` to `deadline_exceeded`.
-    - A tool call gets `min(tool_caps[name] or default_tool_cap, remaining - reserve)`; when it
+    - A tool call gets `min(tool_caps[name] or default_tool_cap, remaining - reserve)` (either
+      may be `learned(book, ...)`, learned per tool name); when it
       runs out it answers the model with `timeout_message` (a `ToolMessage` with
       `status="error"`) and the agent goes on. Tools made with `deadline_tool` keep their own
       budget and messages.
@@ -83,8 +85,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         *,
         timeout: float | None = None,
         reserve: float = 0.0,
-        tool_caps: Mapping[str, float | None] | None = None,
-        default_tool_cap: float | None = None,
+        tool_caps: Mapping[str, float | StepRule | None] | None = None,
+        default_tool_cap: float | StepRule | None = None,
         model_cap: float | None = None,
         model_min_viable: float = 0.0,
         tokens_per_second: float | None = None,
@@ -112,11 +114,11 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return self.settings.reserve
 
     @property
-    def tool_caps(self) -> Mapping[str, float | None]:
+    def tool_caps(self) -> Mapping[str, float | StepRule | None]:
         return self.settings.tool_caps
 
     @property
-    def default_tool_cap(self) -> float | None:
+    def default_tool_cap(self) -> float | StepRule | None:
         return self.settings.default_tool_cap
 
     @property

@@ -6,7 +6,8 @@ import dataclasses
 import types
 from collections.abc import Mapping
 
-from .._core.validate import check_cap, check_fits, check_mapping, check_seconds
+from .._core.rules import StepRule
+from .._core.validate import check_cap, check_fits, check_limit, check_mapping, check_seconds
 
 __all__ = ["MiddlewareSettings"]
 
@@ -15,7 +16,8 @@ __all__ = ["MiddlewareSettings"]
 class MiddlewareSettings:
     """The run's `timeout` and `reserve`, the caps of model and tool calls, the least time a
     model call needs (`model_min_viable`) and the model's `tokens_per_second`, if known. Checked
-    when made; `tool_caps` is kept read-only. See `DeadlineMiddleware`.
+    when made; `tool_caps` is kept read-only; tool caps may be learned (`StepRule`s). See
+    `DeadlineMiddleware`.
 
     Raises:
         TypeError, ValueError: a time is not a finite number >= 0, or `tokens_per_second` <= 0.
@@ -23,8 +25,8 @@ class MiddlewareSettings:
 
     timeout: float | None = None
     reserve: float = 0.0
-    tool_caps: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
-    default_tool_cap: float | None = None
+    tool_caps: Mapping[str, float | StepRule | None] = dataclasses.field(default_factory=dict)
+    default_tool_cap: float | StepRule | None = None
     model_cap: float | None = None
     model_min_viable: float = 0.0
     tokens_per_second: float | None = None
@@ -35,11 +37,11 @@ class MiddlewareSettings:
             "reserve": check_seconds(self.reserve, "reserve"),
             "tool_caps": types.MappingProxyType(
                 {
-                    name: check_cap(cap, f"tool_caps[{name!r}]")
+                    name: check_limit(cap, f"tool_caps[{name!r}]")
                     for name, cap in check_mapping(self.tool_caps, "tool_caps").items()
                 }
             ),
-            "default_tool_cap": check_cap(self.default_tool_cap, "default_tool_cap"),
+            "default_tool_cap": check_limit(self.default_tool_cap, "default_tool_cap"),
             "model_cap": check_cap(self.model_cap, "model_cap"),
             "model_min_viable": check_seconds(self.model_min_viable, "model_min_viable"),
             "tokens_per_second": _check_rate(self.tokens_per_second),
@@ -57,7 +59,7 @@ class MiddlewareSettings:
                 f"({self.model_cap} s): no model call could start"
             )
 
-    def tool_cap(self, name: str) -> float | None:
+    def tool_cap(self, name: str) -> float | StepRule | None:
         """The cap of tool `name`: its own in `tool_caps`, else `default_tool_cap`."""
         return self.tool_caps.get(name, self.default_tool_cap)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol, runtime_checkable
 
@@ -27,9 +28,11 @@ __all__ = [
     "TokensEvent",
     "emit_tokens",
     "get_observers",
+    "listen",
     "run_fields",
     "set_observers",
     "step_fields",
+    "unlisten",
 ]
 
 log = logging.getLogger("langgraph_deadline")
@@ -112,6 +115,7 @@ def step_fields(event: StepEvent) -> dict[str, Field]:
         "side_effect_started": r.side_effect_started,
         "cancel_source": r.cancel_source,
         "started_at": r.started_at,
+        "note": r.note,  # a learned refusal, in numbers
     }
 
 
@@ -177,9 +181,36 @@ def get_observers() -> tuple[Observer, ...]:
     return _observers
 
 
+_listeners: tuple[weakref.ref[Observer], ...] = ()
+
+
+def listen(observer: Observer) -> None:
+    """Give `observer` every step and run event, apart from the instrumentation: it stays when
+    `set_observers` replaces the backends. Held weakly: a listener nobody keeps stops hearing.
+    For what learns from the steps (a latency book), not for what reports them."""
+    global _listeners
+    if not isinstance(observer, Observer):
+        raise TypeError(f"a listener needs on_step() and on_run(), got {type(observer).__name__}")
+    if any(ref() is observer for ref in _listeners):
+        return
+    _listeners = (*_listeners, weakref.ref(observer, _forget))
+
+
+def unlisten(observer: Observer) -> None:
+    """Stop giving `observer` the events `listen` gave it (no error if it was not listening)."""
+    global _listeners
+    _listeners = tuple(ref for ref in _listeners if ref() not in (observer, None))
+
+
+def _forget(dead: weakref.ref[Observer]) -> None:
+    global _listeners
+    _listeners = tuple(ref for ref in _listeners if ref is not dead)
+
+
 def emit_step(record: StepRecord, run_id: str | None, deadline_at: float | None) -> None:
     observers = _observers if _defaults_loaded else get_observers()
-    if not observers:
+    listeners = _listeners
+    if not observers and not listeners:
         return
     event = StepEvent(record, run_id, deadline_at)
     for obs in observers:
@@ -187,6 +218,14 @@ def emit_step(record: StepRecord, run_id: str | None, deadline_at: float | None)
             obs.on_step(event)
         except Exception:
             log.warning("observer %r failed on a step event", obs, exc_info=True)
+    for ref in listeners:
+        listener = ref()
+        if listener is None:
+            continue
+        try:
+            listener.on_step(event)
+        except Exception:
+            log.warning("listener %r failed on a step event", listener, exc_info=True)
 
 
 def emit_tokens(event: TokensEvent) -> None:
@@ -202,7 +241,8 @@ def emit_tokens(event: TokensEvent) -> None:
 
 
 def emit_run(event: RunEvent) -> None:
-    for obs in get_observers():
+    listening = [obs for ref in _listeners if (obs := ref()) is not None]
+    for obs in (*get_observers(), *listening):
         try:
             obs.on_run(event)
         except Exception:

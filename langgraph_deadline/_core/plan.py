@@ -9,6 +9,7 @@ from .clock import SYSTEM_CLOCK
 from .context import current_deadline
 from .deadline import Deadline
 from .records import StepKind, StepRecord, StepStatus
+from .rules import StepRule
 from .tracker import RunTracker
 
 __all__ = ["HANDOFF", "Plan", "plan_step", "run_step_end"]
@@ -36,6 +37,7 @@ class Plan(NamedTuple):
     sync: bool = False
     started_at: float = 0.0
     ends: Deadline | None = None  # the step's own deadline: `budget` from `started`
+    note: str | None = None  # why a learned min_viable refuses the step, in numbers
 
     @property
     def skip(self) -> bool:
@@ -75,6 +77,7 @@ class Plan(NamedTuple):
             side_effect_started=side_effect_started,
             cancel_source=cancel_source,
             started_at=self.started_at,
+            note=self.note if status is StepStatus.SKIPPED else None,
         )
 
 
@@ -98,8 +101,8 @@ def plan_step(
     name: str,
     kind: StepKind,
     *,
-    cap: float | None,
-    min_viable: float,
+    cap: float | StepRule | None,
+    min_viable: float | StepRule,
     reserve: float | None = None,
     deadline: Deadline | None = None,
     attempt: int = 1,
@@ -114,7 +117,20 @@ def plan_step(
     deadline in context inside a step is that step's budget, from which it was already held
     back, and is not cut twice. An explicit `reserve` is held back from all of them.
     `started` (a `time.monotonic()` reading) dates a plan made after the step began.
+
+    A `StepRule` (a learned cap or min_viable, `_learn/`) is asked for its numbers here, once:
+    the cap (at most the user's), the min_viable (at most the cap: a step given its whole cap
+    always starts), and the time to keep back for the steps named to follow it.
     """
+    rule = viable = None
+    if isinstance(cap, StepRule):
+        rule = cap
+        cap = rule.cap(kind, name)
+    if isinstance(min_viable, StepRule):
+        viable = min_viable
+        min_viable = viable.min_viable(kind, name)
+        if cap is not None and min_viable > cap:
+            min_viable = cap
     ctx = current_deadline()
     run_deadline = run.deadline if run is not None else None
     own = run_deadline if deadline is None else deadline.earliest(run_deadline)
@@ -143,6 +159,8 @@ def plan_step(
                 if budget is None or from_ctx < budget:
                     budget, shared = from_ctx, False
         assert budget is not None
+        if rule is not None and (held := rule.keep_back(kind, name, budget)) > 0.0:
+            budget, shared = budget - held, False
         # A clamped step ends HANDOFF before the enclosing deadline; one its cap set does not.
         if cap is not None and cap <= budget:
             budget, shared = cap, False
@@ -153,6 +171,9 @@ def plan_step(
             ends = run_step_end(run)
         else:
             ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
+    note = None
+    if viable is not None and budget is not None and 0.0 < budget < min_viable:
+        note = viable.refusal(kind, name, budget)
     return Plan(
         name=name,
         kind=kind,
@@ -166,4 +187,5 @@ def plan_step(
         sync=sync,
         started_at=started_at,
         ends=ends,
+        note=note,
     )

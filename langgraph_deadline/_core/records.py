@@ -74,10 +74,13 @@ class StepRecord:
     side_effect_started: bool = False
     cancel_source: str | None = None
     started_at: float | None = None  # epoch seconds when the step started
+    note: str | None = None  # a skipped step's learned reason, in numbers (no user data)
 
     def ran_out_reason(self) -> str:
         """Why this step ended the run, in words a caller or a log reader can act on."""
         if self.status is StepStatus.SKIPPED:
+            if self.note:
+                return f"{self.name} not started: {self.note}"
             if self.allocated_ms:
                 return f"{self.name} not started: budget {self.allocated_ms} ms below min_viable"
             return f"{self.name} not started: no time left"

@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
+from .rules import StepRule
+
 __all__ = [
     "check_fits",
     "check_mapping",
@@ -20,6 +22,10 @@ __all__ = [
     "MAX_SECONDS",
     "MIN_EPOCH",
     "check_cap",
+    "check_limit",
+    "check_viable",
+    "ceiling_of",
+    "floor_of",
     "check_flag",
     "check_number",
     "check_seconds",
@@ -118,6 +124,31 @@ def check_cap(value: object, name: str) -> float | None:
     if value is None:
         return None
     return check_seconds(value, name)
+
+
+def check_limit(value: object, name: str) -> float | StepRule | None:
+    """A cap that may be learned: a `StepRule` (`learned(book, ...)`) is kept, anything else is
+    `check_cap`ped."""
+    if isinstance(value, StepRule):
+        return value
+    return check_cap(value, name)
+
+
+def check_viable(value: object, name: str) -> float | StepRule:
+    """A min_viable that may be learned: a `StepRule` is kept, anything else `check_seconds`."""
+    if isinstance(value, StepRule):
+        return value
+    return check_seconds(value, name)
+
+
+def ceiling_of(value: float | StepRule | None) -> float | None:
+    """The cap a setting stands for before anything is learned (a rule's is the user's)."""
+    return value.ceiling if isinstance(value, StepRule) else value
+
+
+def floor_of(value: float | StepRule) -> float:
+    """The min_viable a setting stands for before anything is learned (the user's)."""
+    return value.floor if isinstance(value, StepRule) else value
 
 
 def check_flag(value: object, name: str) -> bool:

@@ -170,5 +170,5 @@ def _retry_would_not_fit(
         attempt=plan.attempt,
         deadline=plan.deadline,
         reserve=reserve,
-        min_viable=settings.min_viable,
+        min_viable=plan.min_viable,
     )

@@ -17,8 +17,9 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
+from .._core.rules import StepRule
 from .._core.tracker import RunTracker
-from .._core.validate import check_cap, check_fits, check_seconds
+from .._core.validate import check_fits, check_limit, check_viable, floor_of
 from .graph import DeadlineRuns
 from .seams import PREVIOUS, runs_on_a_thread, scheduling_with
 from .settings import GraphSettings, NodeSettings
@@ -107,8 +108,8 @@ def wrap_entrypoint(
     graph: Pregel[Any, Any, Any, Any],
     *,
     timeout: float | None,
-    caps: Mapping[str, float | None],
-    min_viable: Mapping[str, float],
+    caps: Mapping[str, float | StepRule | None],
+    min_viable: Mapping[str, float | StepRule],
     reserve: float,
     default_cap: float | None,
     checkpointer: Any,
@@ -121,9 +122,9 @@ def wrap_entrypoint(
         for key in table:
             if not isinstance(key, str):
                 raise TypeError(f"caps and min_viable are keyed by task name, got {key!r}")
-    caps = {k: check_cap(v, f"caps[{k!r}]") for k, v in caps.items()}
-    min_viable = {k: check_seconds(v, f"min_viable[{k!r}]") for k, v in min_viable.items()}
-    needs = {f"min_viable[{k!r}]": v + reserve for k, v in min_viable.items()}
+    caps = {k: check_limit(v, f"caps[{k!r}]") for k, v in caps.items()}
+    min_viable = {k: check_viable(v, f"min_viable[{k!r}]") for k, v in min_viable.items()}
+    needs = {f"min_viable[{k!r}]": floor_of(v) + reserve for k, v in min_viable.items()}
     check_fits(timeout, reserve=reserve, needs=needs)
     [(name, node)] = graph.nodes.items()
     retry = graph.retry_policy or None  # the entrypoint's, and its tasks' without their own

@@ -19,7 +19,15 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import merge_configs
 from langgraph.runtime import Runtime
 
-from .._core.validate import check_cap, check_fits, check_seconds
+from .._core.rules import StepRule
+from .._core.validate import (
+    ceiling_of,
+    check_fits,
+    check_limit,
+    check_seconds,
+    check_viable,
+    floor_of,
+)
 from .messages import ToolResults, open_tool_calls
 from .seams import runs_on_a_thread
 from .settings import NodeSettings
@@ -37,8 +45,8 @@ _GIVEN: Final = "lgd_given"  # where a Runnable wrapper keeps the node it wraps
 def budgeted(
     node: F,
     *,
-    cap: float | None = None,
-    min_viable: float = 0.0,
+    cap: float | StepRule | None = None,
+    min_viable: float | StepRule = 0.0,
     name: str | None = None,
     reserve: float | None = None,
 ) -> F: ...
@@ -48,8 +56,8 @@ def budgeted(
 def budgeted(
     node: Runnable[Any, Any],
     *,
-    cap: float | None = None,
-    min_viable: float = 0.0,
+    cap: float | StepRule | None = None,
+    min_viable: float | StepRule = 0.0,
     name: str | None = None,
     reserve: float | None = None,
 ) -> Runnable[Any, Any]: ...
@@ -59,8 +67,8 @@ def budgeted(
 def budgeted(
     node: None = None,
     *,
-    cap: float | None = None,
-    min_viable: float = 0.0,
+    cap: float | StepRule | None = None,
+    min_viable: float | StepRule = 0.0,
     name: str | None = None,
     reserve: float | None = None,
 ) -> Callable[[F], F]: ...
@@ -69,8 +77,8 @@ def budgeted(
 def budgeted(
     node: Any = None,
     *,
-    cap: float | None = None,
-    min_viable: float = 0.0,
+    cap: float | StepRule | None = None,
+    min_viable: float | StepRule = 0.0,
     name: str | None = None,
     reserve: float | None = None,
 ) -> Any:
@@ -85,6 +93,7 @@ def budgeted(
     injection of `config`, `runtime`, `store`, `writer`) and for runnables (`ToolNode`, sub-graphs).
 
     Use as `budgeted(node, cap=2.0)` or as `@budgeted(cap=2.0)`. `reserve` defaults to the run's.
+    `cap` and `min_viable` may be learned: `learned(book, ...)` (docs/howto/learned-budgets.md).
 
     Raises:
         TypeError, ValueError: `cap`, `min_viable` or `reserve` is not a finite number >= 0;
@@ -93,13 +102,18 @@ def budgeted(
         DeadlineExceeded: from the node, when the graph state has no deadline fields.
     """
     settings = NodeSettings(
-        cap=check_cap(cap, "cap"),
-        min_viable=check_seconds(min_viable, "min_viable"),
+        cap=check_limit(cap, "cap"),
+        min_viable=check_viable(min_viable, "min_viable"),
         reserve=None if reserve is None else check_seconds(reserve, "reserve"),
     )
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a string, got {type(name).__name__}: {name!r}")
-    check_fits(settings.cap, reserve=0.0, needs={"min_viable": settings.min_viable}, name="cap")
+    check_fits(
+        ceiling_of(settings.cap),
+        reserve=0.0,
+        needs={"min_viable": floor_of(settings.min_viable)},
+        name="cap",
+    )
     if node is None:
         return lambda fn: wrap_node(fn, settings, name)
     return wrap_node(node, settings, name)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .._core.rules import StepRule
+
 __all__ = ["GraphSettings", "NodeSettings"]
 
 
@@ -12,12 +14,13 @@ __all__ = ["GraphSettings", "NodeSettings"]
 class NodeSettings:
     """One node's budget: `min(cap, remaining - reserve)`, not started below `min_viable`.
 
+    `cap` and `min_viable` may be learned (`StepRule`s, asked when each run is planned).
     `reserve` None holds back the run's reserve; `retry` is the node's LangGraph `RetryPolicy`
     (one, a sequence, or None), so that a retry whose backoff cannot fit is not waited for.
     """
 
-    cap: float | None = None
-    min_viable: float = 0.0
+    cap: float | StepRule | None = None
+    min_viable: float | StepRule = 0.0
     reserve: float | None = None
     retry: Any = None  # RetryPolicy | Sequence[RetryPolicy] | None
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from langgraph.config import get_config
 
+from .._core.rules import StepRule
 from .seams import as_task, is_async_task, scheduling_with, task_name
 from .settings import NodeSettings
 from .step import NodeStep
@@ -30,8 +31,8 @@ class TaskBudgets:
     cap of the tasks not named; a task's retries as LangGraph's (its own policy, else the
     entrypoint's)."""
 
-    caps: Mapping[str, float | None]
-    min_viable: Mapping[str, float]
+    caps: Mapping[str, float | StepRule | None]
+    min_viable: Mapping[str, float | StepRule]
     default_cap: float | None = None
     retry: Any = None  # the entrypoint's RetryPolicy: LangGraph's for tasks without their own
 

@@ -11,7 +11,16 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 
-from .._core.validate import check_cap, check_fits, check_mapping, check_seconds
+from .._core.rules import StepRule
+from .._core.validate import (
+    check_cap,
+    check_fits,
+    check_limit,
+    check_mapping,
+    check_seconds,
+    check_viable,
+    floor_of,
+)
 from .functional import DeadlineEntrypoint, is_entrypoint, wrap_entrypoint
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
@@ -29,8 +38,8 @@ def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a P
     graph: StateGraph[Any, Any, Any, Any] | CompiledStateGraph[Any, Any, Any, Any],
     *,
     timeout: float | None = None,
-    caps: Mapping[str, float | None] | None = None,
-    min_viable: Mapping[str, float] | None = None,
+    caps: Mapping[str, float | StepRule | None] | None = None,
+    min_viable: Mapping[str, float | StepRule] | None = None,
     reserve: float = 0.0,
     default_cap: float | None = None,
     checkpointer: Any = None,
@@ -44,8 +53,8 @@ def with_deadlines(
     graph: Pregel[Any, Any, Any, Any],
     *,
     timeout: float | None = None,
-    caps: Mapping[str, float | None] | None = None,
-    min_viable: Mapping[str, float] | None = None,
+    caps: Mapping[str, float | StepRule | None] | None = None,
+    min_viable: Mapping[str, float | StepRule] | None = None,
     reserve: float = 0.0,
     default_cap: float | None = None,
     checkpointer: Any = None,
@@ -58,8 +67,8 @@ def with_deadlines(
     graph: StateGraph[Any, Any, Any, Any] | Pregel[Any, Any, Any, Any],
     *,
     timeout: float | None = None,
-    caps: Mapping[str, float | None] | None = None,
-    min_viable: Mapping[str, float] | None = None,
+    caps: Mapping[str, float | StepRule | None] | None = None,
+    min_viable: Mapping[str, float | StepRule] | None = None,
     reserve: float = 0.0,
     default_cap: float | None = None,
     checkpointer: Any = None,
@@ -89,6 +98,9 @@ def with_deadlines(
     results, open tool calls are answered with model-readable timeouts, and with a `reserve` a
     messages state gets a short assistant reply saying the answer is incomplete
     (`closing_message=False` leaves it out).
+
+    `caps` and `min_viable` take learned values too (`learned(book, ...)`: a cap from what the
+    node really takes, never above yours or `default_cap`; docs/howto/learned-budgets.md).
 
     An `@entrypoint` (Functional API) gives a `DeadlineEntrypoint`: the entrypoint and each
     `@task` call are steps, `caps` and `min_viable` by task name (or the entrypoint's),
@@ -159,13 +171,14 @@ def with_deadlines(
                 f"{label} names unknown nodes {unknown}; nodes are {sorted(builder.nodes)}"
             )
     for node, value in caps.items():
-        caps[node] = check_cap(value, f"caps[{node!r}]")
+        cap = check_limit(value, f"caps[{node!r}]")
+        caps[node] = cap.bounded(default_cap_s) if isinstance(cap, StepRule) else cap
     for node, value in mins.items():
-        mins[node] = check_seconds(value, f"min_viable[{node!r}]")
+        mins[node] = check_viable(value, f"min_viable[{node!r}]")
     check_fits(
         timeout_s,
         reserve=reserve_s,
-        needs={f"min_viable[{node!r}]": need + reserve_s for node, need in mins.items()},
+        needs={f"min_viable[{node!r}]": floor_of(need) + reserve_s for node, need in mins.items()},
     )
 
     wrapped = copy.copy(builder)
@@ -190,7 +203,8 @@ def with_deadlines(
     wrapped.branches = guard_branches(builder.branches)  # type: ignore[assignment]
     wrapped._node_defaults = defaults_to_compile(builder)
     compiled = wrapped.compile(**compile_kwargs)
-    guard_retries(compiled, mins)  # the builder's default policies are applied by now
+    floors = {node: floor_of(need) for node, need in mins.items()}
+    guard_retries(compiled, floors)  # the builder's default policies are applied by now
     has_fields = {"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels)
     settings = GraphSettings(
         timeout=timeout_s,

@@ -11,7 +11,8 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as lc_tool
 from langchain_core.tools.base import ArgsSchema
 
-from .._core.validate import check_cap, check_mapping, show
+from .._core.rules import StepRule
+from .._core.validate import check_limit, check_mapping, show
 from .._retry.retry import RetryOn
 from .cache import StaleCache
 from .messages import ToolTimeout
@@ -35,8 +36,8 @@ def _make(inner: BaseTool, options: ToolOptions) -> DeadlineTool:
 def deadline_tool(
     name_or_callable: Callable[..., Any] | BaseTool,
     *,
-    timeout: float | None = None,
-    min_viable: float = 0.0,
+    timeout: float | StepRule | None = None,
+    min_viable: float | StepRule = 0.0,
     read_only: bool = False,
     side_effect: bool = False,
     cache: StaleCache | None = None,
@@ -61,8 +62,8 @@ def deadline_tool(
     name_or_callable: str,
     runnable: Runnable[Any, Any],
     *,
-    timeout: float | None = None,
-    min_viable: float = 0.0,
+    timeout: float | StepRule | None = None,
+    min_viable: float | StepRule = 0.0,
     read_only: bool = False,
     side_effect: bool = False,
     cache: StaleCache | None = None,
@@ -86,8 +87,8 @@ def deadline_tool(
 def deadline_tool(
     name_or_callable: str | None = None,
     *,
-    timeout: float | None = None,
-    min_viable: float = 0.0,
+    timeout: float | StepRule | None = None,
+    min_viable: float | StepRule = 0.0,
     read_only: bool = False,
     side_effect: bool = False,
     cache: StaleCache | None = None,
@@ -111,8 +112,8 @@ def deadline_tool(
     name_or_callable: str | Callable[..., Any] | BaseTool | None = None,
     runnable: Runnable[Any, Any] | None = None,
     *,
-    timeout: float | None = None,
-    min_viable: float = 0.0,
+    timeout: float | StepRule | None = None,
+    min_viable: float | StepRule = 0.0,
     read_only: bool = False,
     side_effect: bool = False,
     cache: StaleCache | None = None,
@@ -149,6 +150,7 @@ def deadline_tool(
     of them nothing is cached, which the tool says once with a `UserWarning` (docs/howto/tools.md,
     "Cache tenancy"). `message` overrides the text (a format string with `{tool}`,
     `{seconds}`, `{status}`, `{remaining}`, or a function of `ToolTimeout`).
+    `timeout` and `min_viable` may be `learned(book, cap=5.0)` (docs/howto/learned-budgets.md).
 
     `retry_on` (as in `retry(on=...)`) retries failed attempts up to `attempts` times, inside
     the same budget: no attempt or backoff starts that cannot fit. A `side_effect=True` tool
@@ -237,14 +239,15 @@ _TOOL_DEFAULTS: dict[str, Any] = {
 def deadline_tools(
     tools: Sequence[BaseTool | Callable[..., Any]],
     *,
-    caps: Mapping[str, float | None] | None = None,
-    default: float | None = None,
+    caps: Mapping[str, float | StepRule | None] | None = None,
+    default: float | StepRule | None = None,
     read_only: Sequence[str] = (),
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
 ) -> list[DeadlineTool]:
     """Wrap several tools from one table of caps: `{"search_docs": 5, "get_order": 3}` plus a
-    `default` for the rest; the tools named in `read_only` share `cache` for stale answers,
+    `default` for the rest (any may be `learned(book, ...)`, learned per tool name); the tools
+    named in `read_only` share `cache` for stale answers,
     kept apart by `cache_namespace` (as in `deadline_tool`: by default the authenticated user,
     else the config's `user_id`, else its `thread_id`).
 
@@ -268,9 +271,9 @@ def deadline_tools(
             raise TypeError(
                 f"tools[{i}] must be a tool or a function, got {type(t).__name__}: {show(t)}"
             )
-    default = check_cap(default, "default")
+    default = check_limit(default, "default")
     caps = {
-        name: check_cap(value, f"caps[{name!r}]")
+        name: check_limit(value, f"caps[{name!r}]")
         for name, value in check_mapping(caps, "caps").items()
     }
     if isinstance(read_only, str):

@@ -22,6 +22,7 @@ import anyio.abc
 from langchain_core.tools import BaseTool, StructuredTool
 
 from .._core.extras import needs_extra
+from .._core.rules import StepRule
 from .cache import StaleCache
 from .make import deadline_tools
 from .tool import DeadlineTool
@@ -43,8 +44,8 @@ async def mcp_tools(
     client: MultiServerMCPClient,
     *,
     server_name: str | None = None,
-    caps: Mapping[str, float | None] | None = None,
-    default: float | None = None,
+    caps: Mapping[str, float | StepRule | None] | None = None,
+    default: float | StepRule | None = None,
     read_only: Sequence[str] = (),
     cache: StaleCache | None = None,
     cancel_grace: float = 0.5,

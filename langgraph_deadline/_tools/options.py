@@ -6,7 +6,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._core.validate import check_cap, check_flag, check_seconds, show
+from .._core.rules import StepRule
+from .._core.validate import ceiling_of, check_flag, check_limit, check_viable, floor_of, show
 from .._retry.policy import RetryOn, retry_predicate
 from .cache import StaleCache
 from .messages import Message
@@ -20,8 +21,8 @@ class ToolOptions:
     """A tool's budget (`timeout`, `min_viable`), what it does to the world (`read_only`,
     `side_effect`), its stale cache, its timeout text and its retries. See `deadline_tool`."""
 
-    timeout: float | None = None
-    min_viable: float = 0.0
+    timeout: float | StepRule | None = None
+    min_viable: float | StepRule = 0.0
     read_only: bool = False
     side_effect: bool = False
     cache: StaleCache | None = None
@@ -37,13 +38,14 @@ class ToolOptions:
         Raises:
             ValueError, TypeError: bad numbers, a cache on a tool that is not read-only, etc.
         """
-        timeout = check_cap(self.timeout, "timeout")
-        min_viable = check_seconds(self.min_viable, "min_viable")
+        timeout = check_limit(self.timeout, "timeout")
+        min_viable = check_viable(self.min_viable, "min_viable")
         check_flag(self.read_only, "read_only")
         check_flag(self.side_effect, "side_effect")
-        if timeout is not None and min_viable > timeout:
+        most, least = ceiling_of(timeout), floor_of(min_viable)
+        if most is not None and least > most:
             raise ValueError(
-                f"tool {tool!r}: min_viable ({min_viable} s) is more than timeout ({timeout} s): "
+                f"tool {tool!r}: min_viable ({least} s) is more than timeout ({most} s): "
                 "the tool could never run"
             )
         check_namespace(self.cache_namespace)

@@ -19,6 +19,7 @@ from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, plan_step
 from .._core.record import record_child
 from .._core.records import StepStatus
+from .._core.rules import StepRule
 from .._core.run import StepResult, run_async, run_sync
 from .._core.tracker import run_from_config
 from .._graph.seams import PASSTHROUGH
@@ -60,11 +61,11 @@ class DeadlineTool(BaseTool):
     # -- the options, read-only ----------------------------------------------------------------
 
     @property
-    def timeout(self) -> float | None:
+    def timeout(self) -> float | StepRule | None:
         return self.options.timeout
 
     @property
-    def min_viable(self) -> float:
+    def min_viable(self) -> float | StepRule:
         return self.options.min_viable
 
     @property

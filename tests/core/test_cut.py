@@ -7,6 +7,7 @@ from importlib.util import find_spec
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from langgraph_deadline._core.cut import Cut
@@ -226,10 +227,10 @@ async def test_anyio_still_keeps_the_task_states_a_cut_reads_its_shields_from() 
     task = asyncio.current_task()
     assert task is not None
     with anyio.CancelScope() as outer:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         assert cut._anyio_scope(task) is outer
         with anyio.CancelScope(shield=True) as shield:
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
             assert cut._anyio_scope(task) is shield
             assert shield._parent_scope is outer  # type: ignore[attr-defined]
             assert cut._shielded(task, outer)

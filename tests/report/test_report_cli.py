@@ -84,6 +84,17 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _rows(text: str) -> dict[str, list[str]]:
+    """The rows of the main table (the latency book's table follows it)."""
+    text = text.split("latency book")[0]
+    return {
+        line.split()[0]: line.split()
+        for line in text.splitlines()
+        if line.split() and line.split()[0] in {"plan", "search", "answer"}
+    }
+
+
+def _book_rows(text: str) -> dict[str, list[str]]:
+    text = text.split("latency book")[1]
     return {
         line.split()[0]: line.split()
         for line in text.splitlines()
@@ -111,6 +122,10 @@ def test_report_prints_the_table_and_writes_a_png(
     cap = float(rows["search"][-2])
     assert 40 <= cap <= 400
     assert "wrote" in out
+    book = _book_rows(out)
+    assert book["search"][:4] == ["search", "node", "8", "25%"]  # 2 of 8 cut: censored
+    assert book["search"][6].startswith(">=")  # its p99 lies among the cut ones
+    assert book["search"][-1] == "-"  # 8 samples: too few to learn a cap
 
     data = png.read_bytes()
     assert data[:8] == PNG_SIGNATURE

@@ -1,0 +1,1 @@
+"""The latency book: what each step really takes, learned from its records."""

@@ -1,0 +1,236 @@
+"""`LatencyBook`: every step record, kept as a latency sketch per step kind and name.
+
+A book is an observer (`on_step`, `on_run`): it hears every step of the process from the moment
+it is made (`listen=False` to feed it yourself with `record`), held weakly, and apart from the
+instrumentation (`set_observers([])` does not silence it). It keeps names and durations only:
+no arguments, no user data. A finished step is a sample; a step cut at its budget (timed out,
+abandoned, or answered stale from a cache after a timeout) is a censored one, "longer than
+this"; steps skipped, failed or cancelled by a caller teach nothing about their duration.
+
+With a LangGraph `BaseStore` the book is shared by every process that uses the same store and
+namespace: each process writes its own sketches, every `flush_every` samples or
+`flush_seconds`, on a thread of its own (best effort: a failed write is logged and retried at
+the next flush), and reads the others' back on start and at each flush (`_learn/shared.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from array import array
+from collections.abc import Iterable
+from typing import Any, Final
+
+from .._core.observe import RunEvent, StepEvent, unlisten
+from .._core.observe import listen as _listen
+from .._core.records import StepKind, StepRecord, StepStatus
+from .._core.validate import check_seconds
+from .shared import Shared
+from .sketch import BUCKETS, LatencySketch, bucket_of, empty_counts
+
+__all__ = ["KINDS", "LatencyBook", "Tally"]
+
+log = logging.getLogger("langgraph_deadline")
+
+KINDS: Final[tuple[StepKind, ...]] = ("node", "tool", "model", "http")
+_CENSORED: Final = frozenset({StepStatus.TIMED_OUT, StepStatus.ABANDONED, StepStatus.STALE})
+Key = tuple[str, str]  # (kind, name)
+
+
+class Tally:
+    """One key's counts in this process (mutable, under the book's lock)."""
+
+    __slots__ = ("censored", "count", "finished", "hi", "lo", "shared")
+
+    def __init__(self) -> None:
+        self.finished: array[int] = empty_counts()
+        self.censored: array[int] = empty_counts()
+        self.count = 0
+        self.lo = BUCKETS  # the buckets used: lo .. hi-1
+        self.hi = 0
+        self.shared = 0  # samples from other processes (read from the store)
+
+    def add(self, i: int, censored: bool) -> None:
+        (self.censored if censored else self.finished)[i] += 1
+        self.count += 1
+        if i < self.lo:
+            self.lo = i
+        if i >= self.hi:
+            self.hi = i + 1
+
+    def sketch(self) -> LatencySketch:
+        lo, hi = self.lo, self.hi
+        if lo >= hi:
+            return LatencySketch()
+        return LatencySketch(lo, self.finished[lo:hi], self.censored[lo:hi])
+
+    def add_sketch(self, sketch: LatencySketch) -> None:
+        f, c = sketch.counts()
+        for i, (a, b) in enumerate(zip(f, c, strict=True)):
+            if a or b:
+                self.finished[i] += a
+                self.censored[i] += b
+                self.lo = min(self.lo, i)
+                self.hi = max(self.hi, i + 1)
+        self.count += sketch.count
+
+
+class LatencyBook:
+    """Per-step latency sketches learned from the step records of this process (and of the
+    others sharing its `store`). Hand it to `learned(book, ...)`; read it with `sketch`.
+
+    Args:
+        store: a LangGraph `BaseStore` (`InMemoryStore`, `PostgresStore`) to share the book
+            through, or None (this process only).
+        namespace: where in the store.
+        flush_every, flush_seconds: write to the store after that many new samples or that
+            many seconds, whichever comes first.
+        max_keys: at most this many (kind, name) keys; steps under new names past it are not
+            recorded (a bound on memory: 20 KiB per key).
+        listen: hear every step of the process (else feed it with `record`).
+
+    Raises:
+        TypeError, ValueError: a bad number, a `store` without `put`/`search`, a namespace
+            that is not a tuple of strings.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Any = None,
+        namespace: tuple[str, ...] = ("langgraph_deadline", "latency"),
+        flush_every: int = 256,
+        flush_seconds: float = 10.0,
+        max_keys: int = 1024,
+        listen: bool = True,
+    ) -> None:
+        for label, value in (("flush_every", flush_every), ("max_keys", max_keys)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be an int >= 1, got {value!r}")
+        check_seconds(flush_seconds, "flush_seconds")
+        if not isinstance(listen, bool):
+            raise TypeError(f"listen must be True or False, got {listen!r}")
+        self._lock = threading.Lock()
+        self._tallies: dict[Key, Tally] = {}
+        self._max_keys = max_keys
+        self._shared: Shared | None = None
+        if store is not None:
+            self._shared = Shared(
+                self,
+                store,
+                namespace=namespace,
+                flush_every=flush_every,
+                flush_seconds=flush_seconds,
+            )
+        if listen:
+            _listen(self)
+
+    # -- writing (the hot path) ----------------------------------------------------------------
+
+    def on_step(self, event: StepEvent) -> None:
+        """Observer hook: one step record, one sample (or none, see the module)."""
+        self.add(event.record)
+
+    def on_run(self, event: RunEvent) -> None:
+        """Observer hook: runs teach the book nothing."""
+
+    def add(self, record: StepRecord) -> None:
+        """Record one step: finished, censored at its cut, or nothing."""
+        status = record.status
+        if status is StepStatus.COMPLETED:
+            censored = False
+        elif status in _CENSORED:
+            censored = True
+        else:
+            return
+        self.record(record.kind, record.name, record.elapsed_ms / 1000.0, censored=censored)
+
+    def record(self, kind: str, name: str, seconds: float, *, censored: bool = False) -> None:
+        """Record one duration of the step `(kind, name)`: it finished in `seconds`, or
+        (`censored`) it was cut at `seconds`, still running."""
+        i = bucket_of(seconds)
+        key = (kind, name)
+        with self._lock:
+            tally = self._tallies.get(key)
+            if tally is None:
+                if len(self._tallies) >= self._max_keys:
+                    return
+                tally = self._tallies[key] = Tally()
+            tally.add(i, censored)
+        if self._shared is not None:
+            self._shared.noted()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def count(self, name: str, kind: str = "node") -> int:
+        """Samples of `(kind, name)`, this process's and the store's (cheap: no copy)."""
+        tally = self._tallies.get((kind, name))
+        return 0 if tally is None else tally.count + tally.shared
+
+    def sketch(self, name: str, kind: str | None = None) -> LatencySketch:
+        """A snapshot of `(kind, name)`'s durations (all kinds under `name` when `kind` is
+        None), with what other processes shared through the store."""
+        kinds: Iterable[str] = KINDS if kind is None else (kind,)
+        mine = LatencySketch()
+        with self._lock:
+            for k in kinds:
+                tally = self._tallies.get((k, name))
+                if tally is not None:
+                    mine = mine.merge(tally.sketch())
+        if self._shared is None:
+            return mine
+        return self._shared.with_others(mine, name, kinds)
+
+    def names(self) -> list[tuple[str, str]]:
+        """The (kind, name) keys with samples, sorted."""
+        with self._lock:
+            return sorted(self._tallies)
+
+    def local(self, kind: str, name: str) -> LatencySketch | None:
+        """This process's own samples of one key (what it shares), or None."""
+        with self._lock:
+            tally = self._tallies.get((kind, name))
+            return None if tally is None else tally.sketch()
+
+    def merge(self, other: LatencyBook) -> None:
+        """Add another book's samples to this one's (for books kept apart, then joined)."""
+        for kind, name in other.names():
+            sk = other.local(kind, name)
+            if sk is not None:
+                self.add_sketch(kind, name, sk)
+
+    def add_sketch(self, kind: str, name: str, sketch: LatencySketch) -> None:
+        """Add a sketch's samples to `(kind, name)` as this process's own."""
+        with self._lock:
+            tally = self._tallies.get((kind, name))
+            if tally is None:
+                tally = self._tallies[(kind, name)] = Tally()
+            tally.add_sketch(sketch)
+
+    def note_shared(self, kind: str, name: str, count: int) -> None:
+        """How many samples other processes hold for a key (set by the store sync)."""
+        with self._lock:
+            tally = self._tallies.get((kind, name))
+            if tally is None:
+                if len(self._tallies) >= self._max_keys:
+                    return
+                tally = self._tallies[(kind, name)] = Tally()
+            tally.shared = count
+
+    def flush(self) -> None:
+        """Write this process's sketches to the store and read the others' now (no store:
+        nothing). Waits for the write; errors are logged, not raised."""
+        if self._shared is not None:
+            self._shared.flush()
+
+    def detach(self) -> None:
+        """Stop hearing the process's steps (the book keeps what it learned)."""
+        unlisten(self)
+
+    def bytes_per_key(self) -> int:
+        """Memory held per key: the two count arrays (the sketch's bound)."""
+        tally = Tally()
+        return tally.finished.itemsize * (len(tally.finished) + len(tally.censored))
+
+    def __repr__(self) -> str:
+        return f"LatencyBook(keys={len(self._tallies)}, shared={self._shared is not None})"
