@@ -8,15 +8,17 @@ under `ainvoke`, so each keeps the body LangGraph would have run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from typing import Any, Final, TypeVar, overload
+from typing import Any, Final, TypeVar, cast, overload
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import merge_configs
+from langgraph.prebuilt import ToolNode
 from langgraph.runtime import Runtime
 
 from .._core.validate import check_cap, check_fits, check_seconds
@@ -24,6 +26,7 @@ from .messages import ToolResults, open_tool_calls
 from .seams import runs_on_a_thread
 from .settings import NodeSettings
 from .step import NodeStep
+from .tool_node import capped_per_call, is_tool_node
 
 __all__ = ["budgeted", "is_budgeted", "unwrapped", "wrap_node"]
 
@@ -195,7 +198,13 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
 def _wrap_runnable(
     runnable: Runnable[Any, Any], settings: NodeSettings, name: str | None
 ) -> Runnable[Any, Any]:
-    return _BudgetedRunnable(runnable, NodeStep(name or runnable.get_name(), settings))
+    given = runnable
+    if is_tool_node(runnable) and settings.cap is not None:
+        # A cap on a node that answers tool calls is each call's (tool_node.py): a call that
+        # reaches it answers the model, and the node itself has only the run's deadline.
+        runnable = capped_per_call(cast(ToolNode, runnable), settings.cap)
+        settings = dataclasses.replace(settings, cap=None)
+    return _BudgetedRunnable(runnable, NodeStep(name or runnable.get_name(), settings), given)
 
 
 def _collecting_tool_results(
@@ -216,7 +225,9 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
 
     __langgraph_deadline__ = True
 
-    def __init__(self, runnable: Runnable[Any, Any], step: NodeStep) -> None:
+    def __init__(
+        self, runnable: Runnable[Any, Any], step: NodeStep, given: Runnable[Any, Any]
+    ) -> None:
         on_thread = runs_on_a_thread(runnable)
 
         def invoke(state: Any, config: RunnableConfig) -> Any:
@@ -235,7 +246,7 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
         super().__init__(invoke, afunc=ainvoke, name=step.name)
         self._body = invoke
         self._runnable = runnable
-        self.lgd_given = runnable
+        self.lgd_given = given
         self._step = step
         self._on_thread = on_thread
 
