@@ -14,6 +14,7 @@ from .._core.records import Outcome, StepRecord, StepStatus
 from .._core.timeouts import ToolTimeout, timeout_message, tool_facts
 
 __all__ = [
+    "CUT_SHORT",
     "ToolResults",
     "answer",
     "answered",
@@ -173,12 +174,22 @@ def closing_text(messages: Sequence[BaseMessage]) -> str:
     return "\n\n".join(parts)
 
 
-def closing_reply(messages: Sequence[BaseMessage], outcome: Outcome) -> AIMessage:
-    """The assistant's last message of a run that ran out of time."""
-    return AIMessage(
-        content=closing_text(messages),
-        response_metadata={"langgraph_deadline": outcome.to_dict()},
-    )
+CUT_SHORT: Final = "[cut short: the time for this answer ran out]"
+"""What follows a partial answer in the closing reply, so that no reader takes it as whole."""
+
+
+def closing_reply(
+    messages: Sequence[BaseMessage], outcome: Outcome, *, partial: str = ""
+) -> AIMessage:
+    """The assistant's last message of a run that ran out of time. With `partial` (what the
+    model had streamed when it was cut) the message starts with it, marked `CUT_SHORT`, and
+    its metadata says so (`response_metadata["langgraph_deadline"]["cut_short"]`)."""
+    facts: dict[str, Any] = outcome.to_dict()
+    text = closing_text(messages)
+    if partial:
+        text = f"{partial} {CUT_SHORT}\n\n{text}"
+        facts["cut_short"] = {"partial_chars": len(partial)}
+    return AIMessage(content=text, response_metadata={"langgraph_deadline": facts})
 
 
 def _excerpt(message: ToolMessage) -> str:
