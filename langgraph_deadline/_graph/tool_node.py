@@ -103,7 +103,8 @@ def _sync_call(request: ToolCallRequest, inner: Execute, cap: float) -> Result:
             pop_step(token)
     if plan.skip:
         return _skipped(request, plan)
-    return _answer(request, plan, run_sync(plan, lambda: inner(request), passthrough=PASSTHROUGH))
+    result = run_sync(plan, lambda: inner(request), run=_run(request), passthrough=PASSTHROUGH)
+    return _answer(request, plan, result)
 
 
 async def _async_call(request: ToolCallRequest, inner: AExecute, cap: float) -> Result:
@@ -119,7 +120,8 @@ async def _async_call(request: ToolCallRequest, inner: AExecute, cap: float) -> 
             pop_step(token)
     if plan.skip:
         return _skipped(request, plan)
-    result = await run_async(plan, lambda: inner(request), passthrough=PASSTHROUGH)
+    run = _run(request)
+    result = await run_async(plan, lambda: inner(request), run=run, passthrough=PASSTHROUGH)
     return _answer(request, plan, result)
 
 

@@ -6,6 +6,7 @@ with the time left. Against a real `ChatOpenAI` streaming from the local server.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ from langgraph_deadline import (
     deadline_tool,
     with_deadlines,
 )
+from langgraph_deadline.instrument import StepEvent, get_observers, set_observers
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall, SlowServer
 from tests.agents.support import ask, assert_valid_history, orders
 from tests.chat_models import openai_chat as chat
@@ -34,6 +36,26 @@ TIMEOUT = 8.0  # the run has plenty: only the cap stops the slow call
 
 class Chat(MessagesState, DeadlineState):
     pass
+
+
+@pytest.fixture
+def events() -> Iterator[list[StepEvent]]:
+    """Every step event the observers see during the test."""
+    seen: list[StepEvent] = []
+
+    class Collect:
+        def on_step(self, event: StepEvent) -> None:
+            seen.append(event)
+
+        def on_run(self, event: Any) -> None:
+            pass
+
+    saved = get_observers()
+    set_observers([Collect()])
+    try:
+        yield seen
+    finally:
+        set_observers(saved)
 
 
 def _stock_tool(slow_server: SlowServer) -> Any:
@@ -92,7 +114,7 @@ def _second_request_tool_answers(server: FakeOpenAIServer) -> dict[str, str]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("shape", ["create_agent", "ToolNode"])
 async def test_a_tool_call_at_the_tools_nodes_cap_answers_the_model_and_the_run_goes_on(
-    shape: str, server: FakeOpenAIServer, slow_server: SlowServer
+    shape: str, server: FakeOpenAIServer, slow_server: SlowServer, events: list[StepEvent]
 ) -> None:
     _script(server)
     tools = [orders, _stock_tool(slow_server)]
@@ -115,6 +137,11 @@ async def test_a_tool_call_at_the_tools_nodes_cap_answers_the_model_and_the_run_
     assert "timeout, not an empty result" in answers["stock"]
     assert out["messages"][-1].content.startswith("Order 42 shipped")
     assert_valid_history(out["messages"])
+    # Each call's record belongs to the run (the report draws it in the run's waterfall).
+    calls = [e for e in events if e.record.kind == "tool"]
+    assert sorted(e.record.name for e in calls) == ["orders", "stock"]
+    assert {e.run_id for e in calls} == {e.run_id for e in events if e.record.name == "tools"}
+    assert None not in {e.run_id for e in calls}
     if shape == "ToolNode":  # a DeadlineState graph: the run completed, the cut call recorded
         assert out["deadline_outcome"].terminal is Terminal.COMPLETED
         cut = [r for r in out["deadline_trace"] if r.name == "stock"]
