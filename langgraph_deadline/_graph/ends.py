@@ -226,7 +226,7 @@ def assemble(
         and settings.reserve > 0
         and not answered(messages)
     ):
-        reply = closing_reply(messages, outcome)
+        reply = closing_reply(messages, outcome, partial=run.partial)
         state["messages"] = [*messages, reply]
         update["messages"] = [reply]
     if settings.has_fields:

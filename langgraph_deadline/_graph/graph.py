@@ -128,6 +128,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             if settings.has_fields and isinstance(input, Mapping):
                 input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
         run = RunTracker(deadline=d, reserve=settings.reserve, resumable=saved(self, cfg))
+        run.keep_partial = (
+            settings.partial_answer and settings.closing_message and settings.reserve > 0
+        )
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
         return run, input, cfg
 

@@ -21,11 +21,12 @@ from langchain_core.runnables.config import merge_configs
 from langgraph.prebuilt import ToolNode
 from langgraph.runtime import Runtime
 
+from .._core.tracker import run_from_config
 from .._core.validate import check_cap, check_fits, check_seconds
 from .messages import ToolResults, open_tool_calls
 from .seams import runs_on_a_thread
 from .settings import NodeSettings
-from .step import NodeStep
+from .step import NodeStep, listening
 from .tool_node import capped_per_call, is_tool_node
 
 __all__ = ["budgeted", "is_budgeted", "unwrapped", "wrap_node"]
@@ -270,5 +271,8 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
     ) -> Coroutine[Any, Any, Any]:
         # The body's coroutine itself, not one more awaiting it: every node call goes through.
         cfg, results = _collecting_tool_results(input, config or {})
+        said = listening(input, run_from_config(cfg), results)
+        if said is not None:  # the body runs with this config, not the one in context
+            cfg = merge_configs(cfg, {"callbacks": [said]})
         body = functools.partial(self._runnable.ainvoke, input, cfg)
-        return self._step.acall(input, cfg, body, results, on_thread=self._on_thread)
+        return self._step.acall(input, cfg, body, results, on_thread=self._on_thread, said=said)

@@ -35,6 +35,7 @@ def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a P
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
+    partial_answer: bool = True,
 ) -> DeadlineGraph: ...
 
 
@@ -50,6 +51,7 @@ def with_deadlines(
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
+    partial_answer: bool = True,
 ) -> DeadlineEntrypoint: ...
 
 
@@ -64,6 +66,7 @@ def with_deadlines(
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
+    partial_answer: bool = True,
 ) -> DeadlineGraph | DeadlineEntrypoint:
     """Compile `graph` (a `StateGraph` builder, a compiled graph or an `@entrypoint`, left
     untouched) with every node budgeted and one deadline per run.
@@ -87,7 +90,9 @@ def with_deadlines(
     run, it stays pending in the checkpoint (granting time runs it again), siblings keep their
     results, open tool calls are answered with model-readable timeouts, and with a `reserve` a
     messages state gets a short assistant reply saying the answer is incomplete
-    (`closing_message=False` leaves it out).
+    (`closing_message=False` leaves it out); a node cut while its model was streaming the
+    answer starts that reply with what it had said, marked as cut short (`partial_answer=False`
+    leaves it out).
 
     An `@entrypoint` (Functional API) gives a `DeadlineEntrypoint`: the entrypoint and each
     `@task` call are steps, `caps` and `min_viable` by task name (or the entrypoint's),
@@ -106,6 +111,8 @@ def with_deadlines(
     """
     if not isinstance(closing_message, bool):
         raise TypeError(f"closing_message must be a bool, got {closing_message!r}")
+    if not isinstance(partial_answer, bool):
+        raise TypeError(f"partial_answer must be a bool, got {partial_answer!r}")
     timeout_s = check_cap(timeout, "timeout")
     reserve_s = check_seconds(reserve, "reserve")
     default_cap_s = check_cap(default_cap, "default_cap")
@@ -194,6 +201,7 @@ def with_deadlines(
         reserve=reserve_s,
         has_fields=has_fields,
         closing_message=closing_message,
+        partial_answer=partial_answer,
     )
     ours = DeadlineGraph.of(wrapped.compile(**compile_kwargs), settings)
     if isinstance(graph, CompiledStateGraph) and graph.config:
