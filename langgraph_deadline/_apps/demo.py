@@ -39,10 +39,8 @@ ANSWER = (
     "documents show two parcels: the first left our Leeds warehouse on Monday evening and is "
     "due on Thursday, the second is waiting for the last item to come back in stock. As soon "
     "as the warehouse confirms the stock level we will send the second parcel by express "
-    "delivery at no extra cost, and you will get a new tracking link the same day. If you "
-    "would rather receive everything together, or cancel the missing item for a refund, just "
-    "reply to this message and we will arrange it. We are sorry for the wait, and thank you "
-    "again for shopping with us."
+    "delivery at no extra cost, and you will get a new tracking link the same day. We are "
+    "sorry for the wait, and thank you again for shopping with us."
 )
 ANSWER_TOKENS = len(ANSWER.split())  # about 150 words, one token each
 LOOKUPS = {"order_status": 0.3, "shipping_docs": 0.5, "warehouse_stock": 60.0}  # service delays
@@ -171,13 +169,9 @@ async def _one(label: str, opts: DemoOptions, *, naive: bool, trace: Path | None
             max_retries=2 if naive else 0,
         )
         builder = _graph(model, _tools(service, naive=naive))
-        graph = (
-            builder.compile()
-            if naive
-            else with_deadlines(
-                builder, timeout=opts.budget, caps={"tools": TOOL_CAP}, reserve=RESERVE
-            )
-        )
+        caps = {"tools": TOOL_CAP}  # a cap on each tool call
+        ours = with_deadlines(builder, timeout=opts.budget, caps=caps, reserve=RESERVE)
+        graph = builder.compile() if naive else ours
         if trace is not None:
             writer = JsonlTraceWriter(trace)
             set_observers([writer])
