@@ -4,19 +4,22 @@ drained because a step ran out, and a run the deadline cancelled as a whole (the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.messages import RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
+from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
-from langgraph.types import Command
+from langgraph.types import Command, Overwrite
 
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
-from .messages import answered, closing_reply, messages_of
+from .messages import ending_messages, is_ending, messages_of
 from .resume import akeep_deadline, keep_deadline, saved
 from .state import RUN_OVER
 from .terminal import emit_run_outcome, exceeded, outcome_from
@@ -26,9 +29,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "afinal_state",
+    "agranted",
     "akeep_records",
     "assemble",
     "final_state",
+    "granted",
     "keep_records",
     "too_late",
     "ended_in_state",
@@ -220,15 +225,14 @@ def assemble(
     update: dict[str, Any] = {}
     settings = graph.deadline_settings
     messages = messages_of(values)
-    if (
-        messages is not None
-        and settings.closing_message
-        and settings.reserve > 0
-        and not answered(messages)
-    ):
-        reply = closing_reply(messages, outcome, partial=run.partial)
-        state["messages"] = [*messages, reply]
-        update["messages"] = [reply]
+    if messages is not None:
+        closing = settings.closing_message and settings.reserve > 0
+        shown, stored = ending_messages(
+            messages, run.owed, outcome, closing=closing, partial=run.partial
+        )
+        if stored:
+            state["messages"] = shown
+            update["messages"] = stored
     if settings.has_fields:
         state["deadline_outcome"] = outcome
         state["deadline_trace"] = [*(values.get("deadline_trace") or []), *_missing(run, values)]
@@ -237,3 +241,49 @@ def assemble(
             update["deadline"] = RUN_OVER  # the next run's deadline replaces this one
         update.update(_records_update(run, values))
     return state, update
+
+
+def granted(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> Any:
+    """`input`; a grant of more time (`Command(update=deadline_input(s))`) on a thread whose last
+    run ran out also removes the messages that ended that run (`ENDING`: the cut step's owed
+    answers, the closing reply), so that the cut step, still pending, runs again on the state
+    it would have seen (docs/concepts.md, rule 3)."""
+    if not _removable(graph, cfg, input):
+        return input
+    try:
+        values = graph.get_state(_clean(cfg)).values
+    except Exception:
+        return input
+    return _superseding(input, values)
+
+
+async def agranted(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> Any:
+    """`granted`, reading the checkpoint asynchronously."""
+    if not _removable(graph, cfg, input):
+        return input
+    try:
+        values = (await graph.aget_state(_clean(cfg))).values
+    except Exception:
+        return input
+    return _superseding(input, values)
+
+
+def _removable(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> bool:
+    """A grant, a thread to read, and a `messages` field whose reducer removes (`add_messages`)."""
+    if not isinstance(input, Command) or not isinstance(input.update, Mapping):
+        return False
+    if not isinstance(input.update.get("deadline"), Overwrite):
+        return False
+    channel = graph.channels.get("messages")
+    return saved(graph, cfg) and getattr(channel, "operator", None) is add_messages
+
+
+def _superseding(grant: Command[Any], values: Any) -> Command[Any]:
+    ids = [m.id for m in messages_of(values) or [] if is_ending(m) and m.id]
+    update = grant.update
+    if not ids or not isinstance(update, Mapping):
+        return grant
+    given = update.get("messages")
+    more = [] if given is None else (list(given) if isinstance(given, list) else [given])
+    gone: list[Any] = [RemoveMessage(id=i) for i in ids]
+    return dataclasses.replace(grant, update={**update, "messages": [*gone, *more]})

@@ -87,12 +87,12 @@ def with_deadlines(
     Recursion limits, failures and cancellation raise as LangGraph raises them (`terminal_of`).
 
     How a step that runs out ends (docs/concepts.md, "How a step ends early"): its routers do not
-    run, it stays pending in the checkpoint (granting time runs it again), siblings keep their
-    results, open tool calls are answered with model-readable timeouts, and with a `reserve` a
-    messages state gets a short assistant reply saying the answer is incomplete
-    (`closing_message=False` leaves it out); a node cut while its model was streaming the
-    answer starts that reply with what it had said, marked as cut short (`partial_answer=False`
-    leaves it out).
+    run, it stays pending in the checkpoint, siblings keep their results, open tool calls are
+    answered with model-readable timeouts, and with a `reserve` a messages state gets a short
+    assistant reply saying the answer is incomplete (`closing_message=False` leaves it out); a
+    node cut while its model was streaming the answer starts that reply with what it had said,
+    marked as cut short (`partial_answer=False` leaves it out). Granting time runs the cut step
+    again, those answers and that reply removed first.
 
     An `@entrypoint` (Functional API) gives a `DeadlineEntrypoint`: the entrypoint and each
     `@task` call are steps, `caps` and `min_viable` by task name (or the entrypoint's),
