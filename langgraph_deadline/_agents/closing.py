@@ -15,8 +15,9 @@ from .run import elapsed_ms
 __all__ = ["give_up"]
 
 
-def give_up(state: Mapping[str, Any], record: StepRecord) -> dict[str, Any]:
-    """The state update that ends the agent for lack of time, in words the user can read."""
+def give_up(state: Mapping[str, Any], record: StepRecord, *, partial: str = "") -> dict[str, Any]:
+    """The state update that ends the agent for lack of time, in words the user can read;
+    `partial` is what the cut model call had already said (kept, marked as cut short)."""
     messages: list[AnyMessage] = list(state.get("messages") or [])
     outcome = Outcome(
         terminal=Terminal.DEADLINE_EXCEEDED,
@@ -27,5 +28,5 @@ def give_up(state: Mapping[str, Any], record: StepRecord) -> dict[str, Any]:
     closing: list[BaseMessage] = [
         *close_pending(unanswered_tool_calls(messages), record, status=StepStatus.SKIPPED)
     ]
-    closing.append(closing_reply([*messages, *closing], outcome))
+    closing.append(closing_reply([*messages, *closing], outcome, partial=partial))
     return {"messages": closing, "deadline_outcome": outcome, "deadline_trace": [record]}

@@ -31,7 +31,7 @@ from .._core.rules import StepRule
 from .._core.run import run_async, run_sync
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state, fresh_run_update
-from .._graph.streams import stop_stream_at
+from .._graph.streams import PartialAnswer, collect_partial, stop_stream_at
 from .._tools.tool import DeadlineTool
 from .closing import give_up
 from .model_calls import MODEL_STEP, gave_up, model_plan, model_result, with_budget
@@ -58,7 +58,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       the request `timeout`. With `tokens_per_second`, `max_tokens` is cut to what fits.
     - Below `model_min_viable` no model call starts. Whether a call was skipped or cut, the agent
       ends with a final assistant message saying the time ran out and listing what the tools
-      had found, closes every pending tool call with an error `ToolMessage` (the history stays
+      had found (a cut call's streamed text first, marked as cut short; `partial_answer=False`
+      leaves it out), closes every pending tool call with an error `ToolMessage` (the history stays
       valid for the next turn) and sets `deadline_outcome` to `deadline_exceeded`.
     - A tool call gets `min(tool_caps[name] or default_tool_cap, remaining - reserve)` (either
       may be `learned(book, ...)`, learned per tool name); when it
@@ -90,6 +91,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         model_cap: float | None = None,
         model_min_viable: float = 0.0,
         tokens_per_second: float | None = None,
+        partial_answer: bool = True,
     ) -> None:
         super().__init__()
         self.settings = MiddlewareSettings(
@@ -100,6 +102,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             model_cap=model_cap,
             model_min_viable=model_min_viable,
             tokens_per_second=tokens_per_second,
+            partial_answer=partial_answer,
         )
         self.tools = []
 
@@ -132,6 +135,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     @property
     def tokens_per_second(self) -> float | None:
         return self.settings.tokens_per_second
+
+    @property
+    def partial_answer(self) -> bool:
+        return self.settings.partial_answer
 
     # -- the run: stamp the deadline, say how it ended -----------------------------------------
 
@@ -212,8 +219,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if plan.skip:
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
-        result = await run_async(plan, lambda: handler(budgeted), passthrough=PASSTHROUGH)
-        return model_result(request.state, result)
+        said = PartialAnswer() if self.settings.partial_answer else None
+        with collect_partial(said):
+            result = await run_async(plan, lambda: handler(budgeted), passthrough=PASSTHROUGH)
+        return model_result(request.state, result, partial=said.text if said else "")
 
     def wrap_model_call(
         self,
@@ -228,11 +237,14 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         budgeted = with_budget(request, plan, self.settings)
         stop = plan.step_deadline()
 
+        said = PartialAnswer() if self.settings.partial_answer else None
+
         def body() -> ModelResponse[Any]:
-            with stop_stream_at(stop, MODEL_STEP):
+            with stop_stream_at(stop, MODEL_STEP), collect_partial(said):
                 return handler(budgeted)
 
-        return model_result(request.state, run_sync(plan, body, passthrough=PASSTHROUGH))
+        result = run_sync(plan, body, passthrough=PASSTHROUGH)
+        return model_result(request.state, result, partial=said.text if said else "")
 
     # -- tool calls ----------------------------------------------------------------------------
 

@@ -57,9 +57,10 @@ def with_budget(
 
 
 def model_result(
-    state: Mapping[str, Any], result: StepResult[ModelResponse[Any]]
+    state: Mapping[str, Any], result: StepResult[ModelResponse[Any]], *, partial: str = ""
 ) -> ExtendedModelResponse[Any]:
-    """A completed call's response with its record; a cut call ends the agent; errors raise."""
+    """A completed call's response with its record; a cut call ends the agent (keeping the
+    `partial` answer it had streamed); errors raise."""
     if result.status is StepStatus.COMPLETED:
         assert result.value is not None
         return ExtendedModelResponse(
@@ -67,14 +68,17 @@ def model_result(
             command=Command(update={"deadline_trace": [result.record]}),
         )
     if result.status.cut:
-        return gave_up(state, result.record)
+        return gave_up(state, result.record, partial=partial)
     assert result.error is not None
     raise result.error
 
 
-def gave_up(state: Mapping[str, Any], record: StepRecord) -> ExtendedModelResponse[Any]:
-    """The model's answer when its call could not fit: the agent's closing words, as a response."""
-    update = give_up(state, record)
+def gave_up(
+    state: Mapping[str, Any], record: StepRecord, *, partial: str = ""
+) -> ExtendedModelResponse[Any]:
+    """The model's answer when its call could not fit: the agent's closing words, as a response
+    (after what a cut call had already said, `partial`)."""
+    update = give_up(state, record, partial=partial)
     return ExtendedModelResponse(
         model_response=ModelResponse(result=update.pop("messages")),
         command=Command(update=update),

@@ -15,12 +15,13 @@ __all__ = ["MiddlewareSettings"]
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class MiddlewareSettings:
     """The run's `timeout` and `reserve`, the caps of model and tool calls, the least time a
-    model call needs (`model_min_viable`) and the model's `tokens_per_second`, if known. Checked
-    when made; `tool_caps` is kept read-only; tool caps may be learned (`StepRule`s). See
-    `DeadlineMiddleware`.
+    model call needs (`model_min_viable`), the model's `tokens_per_second` if known, and whether
+    a cut model call's streamed text is kept (`partial_answer`). Checked when made; `tool_caps`
+    is kept read-only; tool caps may be learned (`StepRule`s). See `DeadlineMiddleware`.
 
     Raises:
-        TypeError, ValueError: a time is not a finite number >= 0, or `tokens_per_second` <= 0.
+        TypeError, ValueError: a time is not a finite number >= 0, or `tokens_per_second` <= 0;
+            `partial_answer` is not a bool.
     """
 
     timeout: float | None = None
@@ -30,6 +31,7 @@ class MiddlewareSettings:
     model_cap: float | None = None
     model_min_viable: float = 0.0
     tokens_per_second: float | None = None
+    partial_answer: bool = True
 
     def __post_init__(self) -> None:
         checked = {  # in the order of the arguments: the first mistake is the one reported
@@ -46,6 +48,8 @@ class MiddlewareSettings:
             "model_min_viable": check_seconds(self.model_min_viable, "model_min_viable"),
             "tokens_per_second": _check_rate(self.tokens_per_second),
         }
+        if not isinstance(self.partial_answer, bool):
+            raise TypeError(f"partial_answer must be a bool, got {self.partial_answer!r}")
         for name, value in checked.items():
             object.__setattr__(self, name, value)
         check_fits(

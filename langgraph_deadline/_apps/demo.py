@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,17 +23,32 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from .. import DeadlineState, Outcome, deadline_tool, with_deadlines
+from .. import DeadlineState, Outcome, with_deadlines
 from ..instrument import JsonlTraceWriter, set_observers
 
 __all__ = ["DemoOptions", "run_demo"]
 
 NAIVE_TOOL_TIMEOUT = 8.0  # what teams put on each tool
 NAIVE_MODEL_TIMEOUT = 20.0  # and on each model call
-TOOL_CAP = 2.0  # the deadline run's cap per tool (it still never exceeds what is left)
-ANSWER_TOKENS = 150
+TOOL_CAP = 2.0  # the deadline run's cap per tool call (it still never exceeds what is left)
+RESERVE = 0.2  # the deadline run keeps this to tell the user how it ended
 TOKEN_INTERVAL = 0.04  # seconds between streamed tokens: a 6 s answer
+ANSWER = (
+    "Thanks for your patience. Your order 42 was packed on Friday and shipped on Monday with "
+    "the standard carrier; the tracking number is in your confirmation e-mail. The shipping "
+    "documents show two parcels: the first left our Leeds warehouse on Monday evening and is "
+    "due on Thursday, the second is waiting for the last item to come back in stock. As soon "
+    "as the warehouse confirms the stock level we will send the second parcel by express "
+    "delivery at no extra cost, and you will get a new tracking link the same day. We are "
+    "sorry for the wait, and thank you again for shopping with us."
+)
+ANSWER_TOKENS = len(ANSWER.split())  # about 150 words, one token each
 LOOKUPS = {"order_status": 0.3, "shipping_docs": 0.5, "warehouse_stock": 60.0}  # service delays
+FOUND = {  # what each lookup answers, when it answers
+    "order_status": "order 42 packed on Friday, shipped on Monday (standard carrier)",
+    "shipping_docs": "2 parcels: #1 left Leeds on Monday, due Thursday; #2 waits for stock",
+    "warehouse_stock": "the missing item is back in stock on Wednesday",
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,6 +70,7 @@ class Row:
     tool_requests_past_deadline: int
     tokens_after_deadline: int | None
     model_requests_after_deadline: int | None
+    answer: str  # what the user received: the run's last assistant message
 
 
 class DemoState(MessagesState, DeadlineState):
@@ -61,16 +78,20 @@ class DemoState(MessagesState, DeadlineState):
 
 
 def _tools(service: Any, *, naive: bool) -> list[BaseTool]:
+    """The same plain `@tool` lookups for both runs: the naive one gives each HTTP call its
+    own timeout, the deadline run caps the tools node (`caps={"tools": TOOL_CAP}`)."""
+
     def make(name: str, delay: float) -> BaseTool:
         async def lookup(query: str) -> str:
             timeout = NAIVE_TOOL_TIMEOUT if naive else None  # the deadline run needs none
             async with httpx.AsyncClient(timeout=timeout) as client:
                 r = await client.get(service.url(f"/slow?delay={delay}&tool={name}"))
-            return f"{name}: ok ({r.status_code}) for {query!r}"
+            r.raise_for_status()
+            return FOUND[name]
 
         lookup.__name__ = name
         lookup.__doc__ = f"Look up {name.replace('_', ' ')} for an order."
-        return tool(lookup) if naive else deadline_tool(lookup, timeout=TOOL_CAP)
+        return tool(lookup)
 
     return [make(name, delay) for name, delay in LOOKUPS.items()]
 
@@ -114,10 +135,23 @@ def _model_server(opts: DemoOptions) -> Iterator[Any]:
     calls = [ChatReply.tool_call(name, {"query": "order 42"}) for name in LOOKUPS]
     script = [
         ChatReply.tool_calls(*(c.calls[0] for c in calls)),
-        ChatReply.counting(ANSWER_TOKENS, chunk_interval=TOKEN_INTERVAL),
+        ChatReply.text(_tokens(ANSWER), chunk_interval=TOKEN_INTERVAL),
     ]
     with FakeOpenAIServer(script, chunk_interval=0.01) as server:
         yield server
+
+
+def _tokens(text: str) -> list[str]:
+    words = text.split()
+    return [words[0], *(f" {w}" for w in words[1:])]
+
+
+def _answer(state: dict[str, Any]) -> str:
+    """The run's answer to the user: its last assistant message that asks no tool."""
+    for m in reversed(state.get("messages") or []):
+        if isinstance(m, AIMessage) and not m.tool_calls:
+            return m.text
+    return ""
 
 
 async def _one(label: str, opts: DemoOptions, *, naive: bool, trace: Path | None) -> Row:
@@ -135,7 +169,9 @@ async def _one(label: str, opts: DemoOptions, *, naive: bool, trace: Path | None
             max_retries=2 if naive else 0,
         )
         builder = _graph(model, _tools(service, naive=naive))
-        graph = builder.compile() if naive else with_deadlines(builder, timeout=opts.budget)
+        caps = {"tools": TOOL_CAP}  # a cap on each tool call
+        ours = with_deadlines(builder, timeout=opts.budget, caps=caps, reserve=RESERVE)
+        graph = builder.compile() if naive else ours
         if trace is not None:
             writer = JsonlTraceWriter(trace)
             set_observers([writer])
@@ -176,6 +212,7 @@ async def _one(label: str, opts: DemoOptions, *, naive: bool, trace: Path | None
             model_requests_after_deadline=None
             if fake is None
             else len(fake.requests_after(deadline)),
+            answer=_answer(last),
         )
 
 
@@ -207,10 +244,16 @@ def _table(rows: list[Row]) -> str:
     out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
     out.append("  ".join("-" * w for w in widths))
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    out.append("")
+    out.append("What the user received:")
+    for r in rows:
+        lines = (r.answer or "(no answer)").splitlines()
+        text = "\n".join(textwrap.fill(line, width=96) for line in lines if line.strip())
+        out += [f"  {r.label} (after {r.wall:.2f} s):", textwrap.indent(text, "    ")]
     return "\n".join(out)
 
 
-def _plot(trace: Path, path: str) -> str:
+def _plot(trace: Path, path: str, rows: list[Row]) -> str:
     try:
         from .._report.plot import write_plot
         from .._report.report import format_report
@@ -223,7 +266,15 @@ def _plot(trace: Path, path: str) -> str:
     if not data.runs:
         return "(no run recorded)"
     try:
-        out = write_plot(path, data, stats, data.runs[-1], report_text=format_report(data, stats))
+        answers = [(f"{r.label}, after {r.wall:.2f} s ({r.terminal})", r.answer) for r in rows]
+        out = write_plot(
+            path,
+            data,
+            stats,
+            data.runs[-1],
+            report_text=format_report(data, stats),
+            answers=answers,
+        )
     except ImportError:
         return "(waterfall skipped: install the 'plot' extra for matplotlib)"
     return f"waterfall of the deadline run: {out}"
@@ -239,7 +290,7 @@ def run_demo(opts: DemoOptions) -> str:
                 f"naive ({NAIVE_TOOL_TIMEOUT:.0f}s/tool)", opts, naive=True, trace=None
             )
             ours = await _one("langgraph-deadline", opts, naive=False, trace=trace)
-            note = _plot(trace, opts.plot) if opts.plot else ""
+            note = _plot(trace, opts.plot, [naive, ours]) if opts.plot else ""
         return [naive, ours], note
 
     rows, note = asyncio.run(both())

@@ -52,16 +52,17 @@ def ended(
 ) -> Any:
     """End the run at this node, which ran out of time. One rule for every kind of node:
 
-    - Open tool calls (the node was answering them) get an answer each: the results that
-      finished, and the model-readable timeout for the rest. The node is done, its writes and the
-      outcome reach the checkpoint, and the run drains: the history stays valid for the next turn.
-    - Otherwise, in a checkpointed run, the node is *not* done: it raises LangGraph's
-      `GraphDrained`, so its routers do not run on output it never wrote, siblings in the same
-      superstep finish and keep their results (in the checkpoint too), and a resume that grants
-      time runs it again. `with_deadlines` turns the drain into the outcome it returns.
+    - In a checkpointed run, the node is *not* done: it raises LangGraph's `GraphDrained`, so
+      its routers do not run on output it never wrote, siblings in the same superstep finish
+      and keep their results (in the checkpoint too), and a resume that grants time runs it
+      again. `with_deadlines` turns the drain into the outcome it returns. Open tool calls the
+      node was answering are owed an answer each (the results that finished, the model-readable
+      timeout for the rest): `with_deadlines` writes them with the outcome (`ends.assemble`),
+      marked so that a grant removes them before the node runs again.
     - In a run with no checkpoint (nothing to resume) the node ends its superstep with the
-      outcome, so the siblings' results reach the returned state; the run drains, and
-      `with_deadlines` keeps the node's routers from running (`routes.py`).
+      outcome (and the answers to its open tool calls), so the siblings' results reach the
+      returned state; the run drains, and `with_deadlines` keeps the node's routers from
+      running (`routes.py`).
     - Outside `with_deadlines` (a hand-built graph) nothing above the node can turn a drain into
       a return value: a state with the deadline fields gets the outcome written and the run
       drains (LangGraph raises `GraphDrained` if more steps were scheduled); a state without
@@ -95,7 +96,9 @@ def ended(
     if run is not None and run.outcome is None:
         run.outcome = outcome
     calls = open_tool_calls(state)
-    if not calls and run is not None and run.resumable:
+    if run is not None and run.resumable:
+        if calls:
+            run.owed.extend(close_pending(calls, rec, finished))
         raise GraphDrained(DRAIN_REASON) from err
     drain()
     update: dict[str, Any] = {}

@@ -7,20 +7,23 @@ the records and the answers to open tool calls back to it."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
+from langchain_core.messages import RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
+from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
-from langgraph.types import Command
+from langgraph.types import Command, Overwrite
 
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.tracker import RUN_KEY, RunTracker
-from .messages import answer_open_calls, answered, closing_reply, messages_of
-from .resume import saved
+from .messages import answer_open_calls, ending_messages, is_ending, messages_of
+from .resume import akeep_deadline, keep_deadline, saved
 from .state import RUN_OVER
 from .terminal import emit_run_outcome, exceeded, outcome_from
 
@@ -29,9 +32,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "afinal_state",
+    "agranted",
     "akeep_records",
     "assemble",
     "final_state",
+    "granted",
     "keep_records",
     "too_late",
     "ended_in_state",
@@ -112,45 +117,25 @@ async def _aread(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> A
         return run.latest
 
 
-_ANSWERS: Final = "__langgraph_deadline_answers"
-"""Where `assemble` leaves its answers to open tool calls, and the node that was answering
-them. They are written as that node: it is done, as a step that answers its own calls is, and
-a resume does not answer them twice (without the node, or if that fails, as the rest is)."""
-
-
 def _write(graph: DeadlineRuns, cfg: RunnableConfig, update: dict[str, Any]) -> None:
-    if not saved(graph, cfg):
+    if not (update and saved(graph, cfg)):
         return
-    node, answers = update.pop(_ANSWERS, (None, []))
-    try:
-        if answers:
-            CompiledStateGraph.update_state(graph, _clean(cfg), {"messages": answers}, node)
-    except Exception:
-        update["messages"] = [*answers, *update.get("messages", [])]
-    if update:
-        with _writing():
-            # LangGraph's own stream, not ours: this run must not be taken for a user's resume.
-            for _ in CompiledStateGraph.stream(
-                graph, Command(update=update), _clean(cfg), control=_persist_control()
-            ):
-                pass
+    with _writing():
+        # LangGraph's own stream, not ours: this run must not be taken for a user's resume.
+        for _ in CompiledStateGraph.stream(
+            graph, Command(update=update), _clean(cfg), control=_persist_control()
+        ):
+            pass
 
 
 async def _awrite(graph: DeadlineRuns, cfg: RunnableConfig, update: dict[str, Any]) -> None:
-    if not saved(graph, cfg):
+    if not (update and saved(graph, cfg)):
         return
-    node, answers = update.pop(_ANSWERS, (None, []))
-    try:
-        if answers:
-            await CompiledStateGraph.aupdate_state(graph, _clean(cfg), {"messages": answers}, node)
-    except Exception:
-        update["messages"] = [*answers, *update.get("messages", [])]
-    if update:
-        with _writing():
-            async for _ in CompiledStateGraph.astream(
-                graph, Command(update=update), _clean(cfg), control=_persist_control()
-            ):
-                pass
+    with _writing():
+        async for _ in CompiledStateGraph.astream(
+            graph, Command(update=update), _clean(cfg), control=_persist_control()
+        ):
+            pass
 
 
 @contextlib.contextmanager
@@ -172,6 +157,7 @@ def final_state(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, why: 
     state, update = assemble(graph, run, _read(graph, run, cfg), why)
     run.final_news = bool(update)
     _write(graph, cfg, update)
+    keep_deadline(graph, run, cfg)
     return _returned(graph, run, state)
 
 
@@ -182,6 +168,7 @@ async def afinal_state(
     state, update = assemble(graph, run, await _aread(graph, run, cfg), why)
     run.final_news = bool(update)
     await _awrite(graph, cfg, update)
+    await akeep_deadline(graph, run, cfg)
     return _returned(graph, run, state)
 
 
@@ -241,27 +228,20 @@ def assemble(
     update: dict[str, Any] = {}
     settings = graph.deadline_settings
     messages = messages_of(values)
-    if (
-        run.backstop_fired
-        and messages is not None
-        and (answers := answer_open_calls(messages, run.records))
-    ):
-        # The run was cancelled as a whole while a step was answering tool calls: answered
-        # here, as that step would have, and written as that step (`_ANSWERS`), so that the
-        # history stays valid for the next turn and a resume does not answer them twice.
-        messages = [*messages, *answers]
-        state["messages"] = messages
-        cut = [r.name for r in run.records if r.kind == "node" and r.status.ran_out]
-        update[_ANSWERS] = (cut[-1] if cut else None, answers)
-    if (
-        messages is not None
-        and settings.closing_message
-        and settings.reserve > 0
-        and not answered(messages)
-    ):
-        reply = closing_reply(messages, outcome)
-        state["messages"] = [*messages, reply]
-        update["messages"] = [*update.get("messages", []), reply]
+    if messages is not None:
+        owed = list(run.owed)
+        if run.backstop_fired:
+            # The run was cancelled as a whole while a step was answering tool calls: they are
+            # answered here, as that step would have, so the history stays valid for the next
+            # turn (and, marked as ending messages, a grant removes them and runs the step).
+            owed += answer_open_calls(messages, run.records)
+        closing = settings.closing_message and settings.reserve > 0
+        shown, stored = ending_messages(
+            messages, owed, outcome, closing=closing, partial=run.partial
+        )
+        if stored:
+            state["messages"] = shown
+            update["messages"] = stored
     if settings.has_fields:
         state["deadline_outcome"] = outcome
         state["deadline_trace"] = [*(values.get("deadline_trace") or []), *_missing(run, values)]
@@ -270,3 +250,49 @@ def assemble(
             update["deadline"] = RUN_OVER  # the next run's deadline replaces this one
         update.update(_records_update(run, values))
     return state, update
+
+
+def granted(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> Any:
+    """`input`; a grant of more time (`Command(update=deadline_input(s))`) on a thread whose last
+    run ran out also removes the messages that ended that run (`ENDING`: the cut step's owed
+    answers, the closing reply), so that the cut step, still pending, runs again on the state
+    it would have seen (docs/concepts.md, rule 3)."""
+    if not _removable(graph, cfg, input):
+        return input
+    try:
+        values = graph.get_state(_clean(cfg)).values
+    except Exception:
+        return input
+    return _superseding(input, values)
+
+
+async def agranted(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> Any:
+    """`granted`, reading the checkpoint asynchronously."""
+    if not _removable(graph, cfg, input):
+        return input
+    try:
+        values = (await graph.aget_state(_clean(cfg))).values
+    except Exception:
+        return input
+    return _superseding(input, values)
+
+
+def _removable(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> bool:
+    """A grant, a thread to read, and a `messages` field whose reducer removes (`add_messages`)."""
+    if not isinstance(input, Command) or not isinstance(input.update, Mapping):
+        return False
+    if not isinstance(input.update.get("deadline"), Overwrite):
+        return False
+    channel = graph.channels.get("messages")
+    return saved(graph, cfg) and getattr(channel, "operator", None) is add_messages
+
+
+def _superseding(grant: Command[Any], values: Any) -> Command[Any]:
+    ids = [m.id for m in messages_of(values) or [] if is_ending(m) and m.id]
+    update = grant.update
+    if not ids or not isinstance(update, Mapping):
+        return grant
+    given = update.get("messages")
+    more = [] if given is None else (list(given) if isinstance(given, list) else [given])
+    gone: list[Any] = [RemoveMessage(id=i) for i in ids]
+    return dataclasses.replace(grant, update={**update, "messages": [*gone, *more]})

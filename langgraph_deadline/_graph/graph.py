@@ -30,9 +30,11 @@ from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import NotedStream, closing_chunks, deadline_given, note_chunk
 from .ends import (
     afinal_state,
+    agranted,
     akeep_records,
     ended_in_state,
     final_state,
+    granted,
     keep_records,
     too_late,
 )
@@ -43,7 +45,7 @@ from .retries import AsyncInRun, InRun, running
 from .seams import DRAIN_REASON, check_thread
 from .settings import GraphSettings
 from .state import fresh_run_update
-from .terminal import emit_run_outcome, final_outcome, raised
+from .terminal import emit_run_outcome, final_outcome, raised, reraise_with_state
 
 __all__ = ["DeadlineGraph", "DeadlineRuns"]
 
@@ -129,6 +131,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             if settings.has_fields and isinstance(input, Mapping):
                 input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
         run = RunTracker(deadline=d, reserve=settings.reserve, resumable=saved(self, cfg))
+        run.keep_partial = (
+            settings.partial_answer and settings.closing_message and settings.reserve > 0
+        )
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
         return run, input, cfg
 
@@ -179,6 +184,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                 return
         elif not prepared and too_late(self, run, input) is not None:
             return
+        input = input if prepared else granted(self, cfg, input)
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
             for chunk in InRun(run, super().stream(input, cfg, **kwargs)):
@@ -193,7 +199,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         except DeadlineExceeded as exc:
             emit_run_outcome(run, exc.outcome)
             keep_deadline(self, run, cfg)
-            _reraise_with_state(exc, run)
+            reraise_with_state(exc, run)
         except Exception as exc:
             emit_run_outcome(run, raised(exc))
             keep_records(self, run, cfg)
@@ -229,6 +235,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                 return
         elif too_late(self, run, input) is not None:
             return
+        input = await agranted(self, cfg, input)
         mode = kwargs.get("stream_mode", self.stream_mode)
         try:
             stream = AsyncInRun(run, super().astream(input, cfg, **kwargs))
@@ -265,7 +272,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if isinstance(exc, DeadlineExceeded):
             emit_run_outcome(run, exc.outcome)
             await akeep_deadline(self, run, cfg)
-            _reraise_with_state(exc, run)
+            reraise_with_state(exc, run)
         if isinstance(exc, GeneratorExit | anyio.get_cancelled_exc_class()):
             # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
             # wherever LangGraph runs them, instead of letting them go on to their deadline.
@@ -305,6 +312,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
             return refused
+        input = granted(self, cfg, input)
         run.entry = self
         return self._completed(super().invoke(input, cfg, **kwargs), run)
 
@@ -317,6 +325,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
             return refused
+        input = await agranted(self, cfg, input)
         run.entry = self
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
@@ -379,18 +388,3 @@ def _a_result(input: Any) -> bool:
     """True for an input that is a finished run's result (`state = graph.invoke(state)`): its
     `deadline` is that run's, spent, and not the new run's."""
     return isinstance(input, Mapping) and input.get("deadline_outcome") is not None
-
-
-def _reraise_with_state(exc: DeadlineExceeded, run: RunTracker) -> None:
-    """Re-raise `exc`; one that carries no state yet is raised again, complete, with the run's
-    latest state (never set on the error after it was raised)."""
-    if exc.state is not None:
-        raise exc
-    raise DeadlineExceeded(
-        str(exc),
-        deadline=exc.deadline,
-        step=exc.step,
-        outcome=exc.outcome,
-        scopes=exc.scopes,
-        state=run.latest,
-    ) from exc

@@ -4,8 +4,8 @@ open (so the history stays valid for the next turn), and a short reply to the us
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, cast
-from uuid import UUID
+from typing import Any, Final, Literal, TypeVar, cast
+from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
@@ -14,12 +14,17 @@ from .._core.records import Outcome, StepRecord, StepStatus
 from .._core.timeouts import ToolTimeout, timeout_message, tool_facts
 
 __all__ = [
+    "CUT_SHORT",
+    "ENDING",
     "ToolResults",
     "answer",
     "answered",
+    "as_ending",
     "close_pending",
     "closing_reply",
     "closing_text",
+    "ending_messages",
+    "is_ending",
     "messages_of",
     "open_tool_calls",
     "unanswered_tool_calls",
@@ -27,6 +32,24 @@ __all__ = [
 
 _EXCERPT: Final = 160
 _MAX_LISTED: Final = 5
+
+ENDING: Final = "langgraph_deadline_ending"
+"""The `response_metadata` key that marks a message written to end a run that ran out (the
+answers owed by a cut step, the closing reply): a grant of more time removes these messages,
+and the cut step runs again on the state it would have seen."""
+
+M = TypeVar("M", bound=BaseMessage)
+
+
+def as_ending(message: M) -> M:
+    """`message` marked `ENDING`, with an id of its own (so that a grant can remove it)."""
+    meta = {**message.response_metadata, ENDING: True}
+    return message.model_copy(update={"id": message.id or str(uuid4()), "response_metadata": meta})
+
+
+def is_ending(message: BaseMessage) -> bool:
+    """True for a message written to end a run that ran out (`as_ending`)."""
+    return bool(message.response_metadata.get(ENDING))
 
 
 def messages_of(state: Any) -> list[BaseMessage] | None:
@@ -198,14 +221,62 @@ def closing_text(messages: Sequence[BaseMessage]) -> str:
     return "\n\n".join(parts)
 
 
-def closing_reply(messages: Sequence[BaseMessage], outcome: Outcome) -> AIMessage:
-    """The assistant's last message of a run that ran out of time."""
-    return AIMessage(
-        content=closing_text(messages),
-        response_metadata={"langgraph_deadline": outcome.to_dict()},
-    )
+CUT_SHORT: Final = "[cut short: the time for this answer ran out]"
+"""What follows a partial answer in the closing reply, so that no reader takes it as whole."""
+
+
+def closing_reply(
+    messages: Sequence[BaseMessage], outcome: Outcome, *, partial: str = ""
+) -> AIMessage:
+    """The assistant's last message of a run that ran out of time. With `partial` (what the
+    model had streamed when it was cut) the message starts with it, marked `CUT_SHORT`, and
+    its metadata says so (`response_metadata["langgraph_deadline"]["cut_short"]`)."""
+    facts: dict[str, Any] = outcome.to_dict()
+    text = closing_text(messages)
+    if partial:
+        text = f"{partial} {CUT_SHORT}\n\n{text}"
+        facts["cut_short"] = {"partial_chars": len(partial)}
+    return AIMessage(content=text, response_metadata={"langgraph_deadline": facts})
 
 
 def _excerpt(message: ToolMessage) -> str:
     text = " ".join(message.text.split())
     return text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…"
+
+
+def ending_messages(
+    messages: list[BaseMessage],
+    owed: Sequence[ToolMessage],
+    outcome: Outcome,
+    *,
+    closing: bool,
+    partial: str = "",
+) -> tuple[list[BaseMessage], list[BaseMessage]]:
+    """The messages a run that ran out ends with (its returned state's), and what its checkpoint
+    gets: the answers a cut step `owed` its open tool calls, then (when `closing`) the closing
+    reply, all marked `ENDING`. When a step was cut while answering tool calls, the answers its
+    siblings finished are written again as they are (same ids): until the cut step runs again
+    they are only pending writes of the checkpoint, which a new run on the thread would drop."""
+    done = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    due: list[BaseMessage] = []
+    for m in owed:
+        if m.tool_call_id not in done:
+            done.add(m.tool_call_id)
+            due.append(as_ending(m))
+    kept = [m for m in _turn_answers(messages) if m.id and not is_ending(m)] if due else []
+    shown = [*messages, *due]
+    written = [*kept, *due]
+    if closing and not answered(shown):
+        reply = as_ending(closing_reply(shown, outcome, partial=partial))
+        shown.append(reply)
+        written.append(reply)
+    return shown, written
+
+
+def _turn_answers(messages: Sequence[BaseMessage]) -> list[ToolMessage]:
+    """The tool answers after the last assistant message that asked for tools."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if isinstance(m, AIMessage) and m.tool_calls:
+            return [t for t in messages[i + 1 :] if isinstance(t, ToolMessage)]
+    return []

@@ -8,18 +8,21 @@ under `ainvoke`, so each keeps the body LangGraph would have run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from typing import Any, Final, TypeVar, overload
+from typing import Any, Final, TypeVar, cast, overload
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import merge_configs
+from langgraph.prebuilt import ToolNode
 from langgraph.runtime import Runtime
 
 from .._core.rules import StepRule
+from .._core.tracker import run_from_config
 from .._core.validate import (
     ceiling_of,
     check_fits,
@@ -31,7 +34,8 @@ from .._core.validate import (
 from .messages import ToolResults, open_tool_calls
 from .seams import runs_on_a_thread
 from .settings import NodeSettings
-from .step import NodeStep
+from .step import NodeStep, listening
+from .tool_node import capped_per_call, is_tool_node
 
 __all__ = ["budgeted", "is_budgeted", "unwrapped", "wrap_node"]
 
@@ -209,7 +213,13 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
 def _wrap_runnable(
     runnable: Runnable[Any, Any], settings: NodeSettings, name: str | None
 ) -> Runnable[Any, Any]:
-    return _BudgetedRunnable(runnable, NodeStep(name or runnable.get_name(), settings))
+    given = runnable
+    if is_tool_node(runnable) and settings.cap is not None:
+        # A cap on a node that answers tool calls is each call's (tool_node.py): a call that
+        # reaches it answers the model, and the node itself has only the run's deadline.
+        runnable = capped_per_call(cast(ToolNode, runnable), settings.cap)
+        settings = dataclasses.replace(settings, cap=None)
+    return _BudgetedRunnable(runnable, NodeStep(name or runnable.get_name(), settings), given)
 
 
 def _collecting_tool_results(
@@ -230,7 +240,9 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
 
     __langgraph_deadline__ = True
 
-    def __init__(self, runnable: Runnable[Any, Any], step: NodeStep) -> None:
+    def __init__(
+        self, runnable: Runnable[Any, Any], step: NodeStep, given: Runnable[Any, Any]
+    ) -> None:
         on_thread = runs_on_a_thread(runnable)
 
         def invoke(state: Any, config: RunnableConfig) -> Any:
@@ -249,7 +261,7 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
         super().__init__(invoke, afunc=ainvoke, name=step.name)
         self._body = invoke
         self._runnable = runnable
-        self.lgd_given = runnable
+        self.lgd_given = given
         self._step = step
         self._on_thread = on_thread
 
@@ -273,5 +285,8 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
     ) -> Coroutine[Any, Any, Any]:
         # The body's coroutine itself, not one more awaiting it: every node call goes through.
         cfg, results = _collecting_tool_results(input, config or {})
+        said = listening(input, run_from_config(cfg), results)
+        if said is not None:  # the body runs with this config, not the one in context
+            cfg = merge_configs(cfg, {"callbacks": [said]})
         body = functools.partial(self._runnable.ainvoke, input, cfg)
-        return self._step.acall(input, cfg, body, results, on_thread=self._on_thread)
+        return self._step.acall(input, cfg, body, results, on_thread=self._on_thread, said=said)

@@ -28,13 +28,15 @@ class NodeSettings:
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class GraphSettings:
     """A `with_deadlines` graph's run options; `has_fields` when its state has the deadline
-    fields (the outcome is returned in state, not raised); `closing_message` adds a short reply
-    to a messages state that ran out of time (with a `reserve`, the time to give it);
-    `has_state` False for an entrypoint (Functional API), whose runs return a value: one that
-    ends early raises `DeadlineExceeded` with `.state` None, and no state is read for it."""
+        fields (the outcome is returned in state, not raised); `closing_message` adds a short reply
+        to a messages state that ran out of time (with a `reserve`, the time to give it), starting
+    with what a node cut mid-answer had streamed when `partial_answer`;
+        `has_state` False for an entrypoint (Functional API), whose runs return a value: one that
+        ends early raises `DeadlineExceeded` with `.state` None, and no state is read for it."""
 
     timeout: float | None = None
     reserve: float = 0.0
     has_fields: bool = False
     closing_message: bool = True
+    partial_answer: bool = True
     has_state: bool = True

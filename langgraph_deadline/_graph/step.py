@@ -9,6 +9,7 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import merge_configs
 
 from .._core.context import current_deadline
 from .._core.deadline import Deadline
@@ -17,10 +18,11 @@ from .._core.record import child_records
 from .._core.run import StepResult, StepRun, run_sync, settle, unbounded_guard
 from .._core.tracker import RunTracker, run_from_config
 from .ending import already_ended, finish, finish_unbounded, skipped
+from .messages import messages_of
 from .seams import PASSTHROUGH, node_attempt
 from .settings import NodeSettings
 from .state import deadline_from_state
-from .streams import stop_stream_at, stop_stream_config
+from .streams import PartialAnswer, collect_partial, stop_stream_at, stop_stream_config
 
 __all__ = ["NodeStep"]
 
@@ -88,8 +90,14 @@ class NodeStep:
         if plan.skip:
             return skipped(plan, state, run)
         stop = plan.step_deadline() if stop_streams else None
+        said = listening(state, run, finished)
+        if said is not None:
+            config = merge_configs(config, {"callbacks": [said]})
         if stop is None:
-            guarded: Callable[[], Any] = lambda: body(config)  # noqa: E731
+
+            def guarded() -> Any:
+                with collect_partial(said):  # model calls that read the context
+                    return body(config)
         else:
             stopping = stop_stream_config(config, stop, self.name)
 
@@ -99,6 +107,7 @@ class NodeStep:
 
         with child_records() as children:
             result = run_sync(plan, guarded, run=run, passthrough=PASSTHROUGH)
+        kept(said, result, run)
         return finish(state, result, children, plan, self.settings, run, finished)
 
     async def acall(
@@ -109,9 +118,12 @@ class NodeStep:
         finished: Mapping[str, ToolMessage] | None = None,
         *,
         on_thread: bool = False,
+        said: PartialAnswer | None = None,
     ) -> Any:
         """Run an async body under the node's budget (cancelled at it); `on_thread` when the
-        body only waits on a thread, which the budget cannot stop."""
+        body only waits on a thread, which the budget cannot stop. `said` collects what the
+        body's model calls stream (given when the body runs with a config of its own, which
+        holds it; else one is made for model calls that read the context)."""
         if already_ended(state):
             return None
         run = run_from_config(config)
@@ -121,8 +133,14 @@ class NodeStep:
         plan = self._plan(config, run, deadline, sync=on_thread)
         if plan.skip:
             return skipped(plan, state, run)
-        with child_records() as children, StepRun(plan, run, passthrough=PASSTHROUGH) as step:
+        said = said or listening(state, run, finished)
+        with (
+            child_records() as children,
+            StepRun(plan, run, passthrough=PASSTHROUGH) as step,
+            collect_partial(said),
+        ):
             step.value = await body()  # in this coroutine: one frame fewer than run_async's
+        kept(said, step.result, run)
         return finish(state, step.result, children, plan, self.settings, run, finished)
 
     # -- nothing bounds the node: it runs as it would bare ----------------------------------------
@@ -181,3 +199,19 @@ class NodeStep:
         plan = self._plan(config, run, None, sync=sync, started=started)
         result = settle(exc, plan, run, passthrough=PASSTHROUGH)
         return None if result is None else (plan, result)
+
+
+def listening(
+    state: Any, run: RunTracker | None, finished: Mapping[str, ToolMessage] | None
+) -> PartialAnswer | None:
+    """A collector of the text a node streams, for a node that may answer the user (a messages
+    state, no tool calls to answer) in a run whose closing reply keeps a cut answer."""
+    if run is None or not run.keep_partial or finished is not None:
+        return None
+    return PartialAnswer() if messages_of(state) is not None else None
+
+
+def kept(said: PartialAnswer | None, result: StepResult[Any], run: RunTracker | None) -> None:
+    """A node cut mid-answer: what it had said goes to the closing reply."""
+    if said is not None and run is not None and result.status.cut and said.text:
+        run.partial = said.text

@@ -15,7 +15,7 @@ from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.observe import TokensEvent, emit_tokens
 
-__all__ = ["stop_stream_at", "stop_stream_config"]
+__all__ = ["PartialAnswer", "collect_partial", "stop_stream_at", "stop_stream_config"]
 
 
 class _StopStream(BaseCallbackHandler):
@@ -60,6 +60,41 @@ def stop_stream_at(deadline: Deadline | None, step: str) -> Iterator[None]:
     token = var_child_runnable_config.set(
         stop_stream_config(var_child_runnable_config.get(), deadline, step)
     )
+    try:
+        yield
+    finally:
+        var_child_runnable_config.reset(token)
+
+
+class PartialAnswer(BaseCallbackHandler):
+    """Collects the text a model streamed, so that a call cut at its budget keeps what it had
+    already said (the user read those tokens; they were paid for). Text chunks only: a tool
+    call streamed halfway is not an answer."""
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
+        if isinstance(token, str) and token:
+            self.parts.append(token)
+
+    @property
+    def text(self) -> str:
+        """What the model said before it was cut (stripped), or ""."""
+        return "".join(self.parts).strip()
+
+
+@contextlib.contextmanager
+def collect_partial(collector: PartialAnswer | None) -> Iterator[None]:
+    """The runnable config in context gets `collector` for the block: model calls made there
+    without a config of their own (LangChain's agent loop) report their tokens to it."""
+    if collector is None:
+        yield
+        return
+    cfg = merge_configs(ensure_config(var_child_runnable_config.get()), {"callbacks": [collector]})
+    token = var_child_runnable_config.set(cfg)
     try:
         yield
     finally:

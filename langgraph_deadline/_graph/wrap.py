@@ -45,6 +45,7 @@ def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a P
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
+    partial_answer: bool = True,
 ) -> DeadlineGraph: ...
 
 
@@ -60,6 +61,7 @@ def with_deadlines(
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
+    partial_answer: bool = True,
 ) -> DeadlineEntrypoint: ...
 
 
@@ -74,6 +76,7 @@ def with_deadlines(
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
+    partial_answer: bool = True,
 ) -> DeadlineGraph | DeadlineEntrypoint:
     """Compile `graph` (a `StateGraph` builder, a compiled graph or an `@entrypoint`, left
     untouched) with every node budgeted and one deadline per run.
@@ -94,10 +97,12 @@ def with_deadlines(
     Recursion limits, failures and cancellation raise as LangGraph raises them (`terminal_of`).
 
     How a step that runs out ends (docs/concepts.md, "How a step ends early"): its routers do not
-    run, it stays pending in the checkpoint (granting time runs it again), siblings keep their
-    results, open tool calls are answered with model-readable timeouts, and with a `reserve` a
-    messages state gets a short assistant reply saying the answer is incomplete
-    (`closing_message=False` leaves it out).
+    run, it stays pending in the checkpoint, siblings keep their results, open tool calls are
+    answered with model-readable timeouts, and with a `reserve` a messages state gets a short
+    assistant reply saying the answer is incomplete (`closing_message=False` leaves it out); a
+    node cut while its model was streaming the answer starts that reply with what it had said,
+    marked as cut short (`partial_answer=False` leaves it out). Granting time runs the cut step
+    again, those answers and that reply removed first.
 
     `caps` and `min_viable` take learned values too (`learned(book, ...)`: a cap from what the
     node really takes, never above yours or `default_cap`; docs/howto/learned-budgets.md).
@@ -119,6 +124,8 @@ def with_deadlines(
     """
     if not isinstance(closing_message, bool):
         raise TypeError(f"closing_message must be a bool, got {closing_message!r}")
+    if not isinstance(partial_answer, bool):
+        raise TypeError(f"partial_answer must be a bool, got {partial_answer!r}")
     timeout_s = check_cap(timeout, "timeout")
     reserve_s = check_seconds(reserve, "reserve")
     default_cap_s = check_cap(default_cap, "default_cap")
@@ -211,6 +218,7 @@ def with_deadlines(
         reserve=reserve_s,
         has_fields=has_fields,
         closing_message=closing_message,
+        partial_answer=partial_answer,
     )
     ours = DeadlineGraph.of(compiled, settings)
     if isinstance(graph, CompiledStateGraph) and graph.config:

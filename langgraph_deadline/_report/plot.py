@@ -1,5 +1,6 @@
-"""The report's figure (the `plot` extra, matplotlib): one run's waterfall and the per-step
-distribution of elapsed times, written as PNG, SVG, or an HTML page with the SVG inline.
+"""The report's figure (the `plot` extra, matplotlib): one run's waterfall, the per-step
+distribution of elapsed times (when the trace has enough runs to show one), and the answers the
+user received (when the caller has them), written as PNG, SVG, or an HTML page with the SVG inline.
 
 matplotlib renders PNG and SVG itself, with no browser or external renderer to install; the
 figure is built on a bare `Figure` (no pyplot), so it touches no global backend state.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import html
 import io
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["FORMATS", "write_plot"]
+__all__ = ["FORMATS", "MIN_SAMPLES", "write_plot"]
 
 FORMATS: Final = (".png", ".svg", ".html")
 
@@ -36,6 +38,23 @@ STATUS_COLORS: Final = {
     StepStatus.FAILED: "#5a5a5a",
 }
 
+SEVERITY: Final = {
+    StepStatus.COMPLETED: 0,
+    StepStatus.STALE: 1,
+    StepStatus.SKIPPED: 2,
+    StepStatus.CANCELLED: 3,
+    StepStatus.FAILED: 4,
+    StepStatus.ABANDONED: 5,
+    StepStatus.TIMED_OUT: 5,
+}
+"""How bad a step's end is: a node is drawn in the colour of the worst of its own end and the
+ends of the steps inside it (a tools node that completed with one tool cut is not all green)."""
+
+MIN_SAMPLES: Final = 3
+"""The fewest elapsed times of one step worth a distribution: with fewer, the panel is left out."""
+
+_ANSWER_CHARS: Final = 1200
+
 
 def write_plot(
     path: str | os.PathLike[str],
@@ -44,8 +63,10 @@ def write_plot(
     run: TraceRun,
     *,
     report_text: str = "",
+    answers: Sequence[tuple[str, str]] = (),
 ) -> Path:
-    """Draw `run`'s waterfall and the per-step distributions into `path` (.png, .svg, .html).
+    """Draw `run`'s waterfall, the per-step distributions (steps with at least `MIN_SAMPLES`
+    runs) and `answers` (label, what the user received) into `path` (.png, .svg, .html).
 
     Raises:
         ValueError: an extension other than .png, .svg or .html.
@@ -57,7 +78,7 @@ def write_plot(
         raise ValueError(f"--plot needs a .png, .svg or .html file, got {out.name!r}")
     import matplotlib
 
-    fig = _figure(run, stats)
+    fig = _figure(run, stats, answers)
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "langgraph-deadline"}):
         if suffix == ".html":
             buf = io.StringIO()
@@ -68,17 +89,62 @@ def write_plot(
     return out
 
 
-def _figure(run: TraceRun, stats: Sequence[StepStats]) -> Figure:
+def _figure(
+    run: TraceRun, stats: Sequence[StepStats], answers: Sequence[tuple[str, str]]
+) -> Figure:
     from matplotlib.figure import Figure
 
     steps = sorted(run.steps, key=lambda s: s.started_at or 0.0)
-    shown = [s for s in stats if s.elapsed]
-    top, bottom = max(len(steps), 1), max(len(shown), 1)
-    fig = Figure(figsize=(11.0, 2.6 + 0.42 * (top + bottom)), layout="constrained")
-    waterfall, distribution = fig.subplots(2, 1, height_ratios=[top + 1.5, bottom + 1.5])
-    _waterfall(waterfall, run, steps)
-    _distribution(distribution, shown)
+    shown = [s for s in stats if len(s.elapsed) >= MIN_SAMPLES]
+    wrapped = [(label, _wrap(text)) for label, text in answers]
+    heights = [max(len(steps), 1) + 1.5]
+    if shown:
+        heights.append(len(shown) + 1.5)
+    heights += [0.3 * (text.count("\n") + 1) + 0.7 for _, text in wrapped]
+    fig = Figure(figsize=(11.0, 1.2 + 0.42 * sum(heights)), layout="constrained")
+    axes = list(fig.subplots(len(heights), 1, height_ratios=heights, squeeze=False)[:, 0])
+    _waterfall(axes.pop(0), run, steps)
+    if shown:
+        _distribution(axes.pop(0), shown)
+    _answers(axes, wrapped)
     return fig
+
+
+def _wrap(text: str) -> str:
+    """`text` cut to `_ANSWER_CHARS` and wrapped, its paragraphs and list lines kept."""
+    flat = text.strip() or "(no answer)"
+    if len(flat) > _ANSWER_CHARS:
+        flat = flat[: _ANSWER_CHARS - 1] + "…"
+    lines = [textwrap.fill(line, width=110) for line in flat.splitlines() if line.strip()]
+    return "\n".join(lines)
+
+
+def _answers(axes: Sequence[Axes], answers: Sequence[tuple[str, str]]) -> None:
+    """What each run answered the user, one panel per run, top to bottom."""
+    for i, (ax, (label, text)) in enumerate(zip(axes, answers, strict=True)):
+        ax.set_axis_off()
+        title = f"what the user received: {label}" if i == 0 else label
+        ax.set_title(title, loc="left", fontsize="medium")
+        ax.text(
+            0.0, 1.0, text, transform=ax.transAxes, va="top", family="monospace", fontsize="small"
+        )
+
+
+def _worst_inside(node: StepRecord, steps: Sequence[StepRecord]) -> StepRecord | None:
+    """The step inside `node` (a tool or model call that started while it ran) that ended
+    worst, when it ended worse than the node itself."""
+    if node.kind != "node" or node.started_at is None:
+        return None
+    end = node.started_at + node.elapsed_ms / 1000.0
+    inside = [
+        s
+        for s in steps
+        if s.kind != "node" and s.started_at is not None and node.started_at <= s.started_at <= end
+    ]
+    worst = max(inside, key=lambda s: SEVERITY.get(s.status, 0), default=None)
+    if worst is None or SEVERITY.get(worst.status, 0) <= SEVERITY.get(node.status, 0):
+        return None
+    return worst
 
 
 def _waterfall(ax: Axes, run: TraceRun, steps: Sequence[StepRecord]) -> None:
@@ -100,17 +166,20 @@ def _waterfall(ax: Axes, run: TraceRun, steps: Sequence[StepRecord]) -> None:
                 label=None if allocated_shown else "allocated budget",
             )
             allocated_shown = True
+        worst = _worst_inside(rec, steps)
+        shown = rec.status if worst is None else worst.status
         ax.barh(
             y,
             max(rec.elapsed_ms, 0.5),
             left=left,
             height=0.4,
-            color=STATUS_COLORS.get(rec.status, "#333333"),
-            label=f"used: {rec.status}" if rec.status not in seen else None,
+            color=STATUS_COLORS.get(shown, "#333333"),
+            label=f"used: {shown}" if shown not in seen else None,
         )
-        seen.add(rec.status)
+        seen.add(shown)
+        inside = "" if worst is None else f", {rec.status} with {worst.name} {worst.status}"
         ax.annotate(
-            f"{rec.elapsed_ms:.0f} ms",
+            f"{rec.elapsed_ms:.0f} ms{inside}",
             (left + rec.elapsed_ms, y),
             xytext=(3, 0),
             textcoords="offset points",
@@ -118,7 +187,8 @@ def _waterfall(ax: Axes, run: TraceRun, steps: Sequence[StepRecord]) -> None:
             fontsize="small",
         )
         attempt = f" #{rec.attempt}" if rec.attempt > 1 else ""
-        labels.append(f"{rec.name}{attempt} ({rec.kind})")
+        nested = "" if rec.kind == "node" else "↳ "  # a step inside a node
+        labels.append(f"{nested}{rec.name}{attempt} ({rec.kind})")
     budget = run.budget_ms
     if budget is not None:
         if run.reserve_ms:
@@ -144,9 +214,6 @@ def _waterfall(ax: Axes, run: TraceRun, steps: Sequence[StepRecord]) -> None:
 
 
 def _distribution(ax: Axes, stats: Sequence[StepStats]) -> None:
-    if not stats:
-        ax.set_axis_off()
-        return
     labels = [f"{s.name} ({s.kind})" for s in stats]
     ax.boxplot(
         [list(s.elapsed) for s in stats],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool, Tool
@@ -53,6 +53,7 @@ class DeadlineTool(BaseTool):
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+    __langgraph_deadline__: ClassVar[bool] = True  # plans its own budget (a node's cap is its cap)
 
     inner: BaseTool
     options: InstanceOf[ToolOptions] = ToolOptions()

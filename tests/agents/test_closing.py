@@ -10,6 +10,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from langgraph_deadline import StepStatus, Terminal, deadline_scope
 from langgraph_deadline._agents.closing import give_up
+from langgraph_deadline._graph.messages import CUT_SHORT
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.testing import (
     ChatReply,
@@ -87,3 +88,62 @@ def test_giving_up_ends_the_run_with_an_outcome_and_themodel_record() -> None:
     assert update["deadline_trace"] == [record]
     (final,) = update["messages"]
     assert final.response_metadata["langgraph_deadline"] == outcome.to_dict()
+
+
+def _streamed_before_the_cut(server: FakeOpenAIServer) -> str:
+    """The text the server had sent of its counting answer when the client closed it."""
+    request = server.requests[-1]
+    sent = request.chunks_sent
+    assert 5 <= sent < 500, sent  # cut mid-stream, after some tokens
+    return " ".join(str(i) for i in range(1, sent + 1))
+
+
+@pytest.mark.anyio
+async def test_a_model_cut_mid_answer_keeps_what_it_had_said_marked_as_cut_short(
+    server: FakeOpenAIServer,
+) -> None:
+    server.enqueue(ChatReply.counting(500, chunk_interval=0.02))  # 10 s of tokens
+    agent = create_agent(chat(server), [], middleware=[DeadlineMiddleware(timeout=1.0)])
+
+    out = await agent.ainvoke(ask())
+
+    assert server.wait_disconnected(MARGIN)
+    final = out["messages"][-1]
+    assert [m.type for m in out["messages"]] == ["human", "ai"]  # one reply: partial + note
+    partial, note = final.text.split(f" {CUT_SHORT}\n\n")
+    streamed = _streamed_before_the_cut(server)
+    # What the user gets is what the client had read: every chunk but, at most, the last one
+    # on the wire when the stream was closed.
+    assert streamed.startswith(partial) and len(partial.split()) >= len(streamed.split()) - 1
+    assert note.startswith("I ran out of time")
+    meta = final.response_metadata["langgraph_deadline"]
+    assert meta["terminal"] == "deadline_exceeded"
+    assert meta["cut_short"] == {"partial_chars": len(partial)}
+
+
+@pytest.mark.anyio
+async def test_partial_answer_false_leaves_a_cut_models_text_out(
+    server: FakeOpenAIServer,
+) -> None:
+    server.enqueue(ChatReply.counting(500, chunk_interval=0.02))
+    middleware = DeadlineMiddleware(timeout=1.0, partial_answer=False)
+    agent = create_agent(chat(server), [], middleware=[middleware])
+
+    out = await agent.ainvoke(ask())
+
+    assert server.requests[-1].chunks_sent >= 5  # it had said something
+    final = out["messages"][-1]
+    assert final.text.startswith("I ran out of time") and CUT_SHORT not in final.text
+    assert "cut_short" not in final.response_metadata["langgraph_deadline"]
+
+
+def test_a_sync_model_cut_mid_answer_keeps_what_it_had_said(server: FakeOpenAIServer) -> None:
+    server.enqueue(ChatReply.counting(500, chunk_interval=0.02))
+    agent = create_agent(chat(server), [], middleware=[DeadlineMiddleware(timeout=1.0)])
+
+    out = agent.invoke(ask())
+
+    final = out["messages"][-1]
+    partial = final.text.split(f" {CUT_SHORT}\n\n")[0]
+    assert partial.startswith("1 2 3 4 5")
+    assert final.response_metadata["langgraph_deadline"]["cut_short"]["partial_chars"] > 0

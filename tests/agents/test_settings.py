@@ -19,6 +19,8 @@ def test_bad_settings_get_clear_errors() -> None:
         DeadlineMiddleware(model_min_viable="1")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="tokens_per_second"):
         DeadlineMiddleware(tokens_per_second=0)
+    with pytest.raises(TypeError, match="partial_answer"):
+        DeadlineMiddleware(partial_answer="no")  # type: ignore[arg-type]
 
 
 def test_settings_are_checked_floats_and_the_middleware_reads_them() -> None:
@@ -35,6 +37,8 @@ def test_settings_are_checked_floats_and_the_middleware_reads_them() -> None:
     )
     assert (middleware.timeout, middleware.reserve, middleware.model_cap) == (20.0, 1.0, None)
     assert dict(middleware.tool_caps) == {"search": 5.0}
+    assert middleware.partial_answer is True
+    assert DeadlineMiddleware(partial_answer=False).partial_answer is False
     assert (settings.tool_cap("search"), settings.tool_cap("other")) == (5.0, 8.0)
 
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import langgraph_deadline
+
+# The package under test, not whichever one the interpreter has installed (a checkout in
+# another directory, when the venv is shared).
+SOURCE = str(Path(langgraph_deadline.__file__).resolve().parents[1])
 
 
 @pytest.mark.timeout(180)
@@ -20,6 +27,10 @@ def test_demo_shows_the_naive_run_overshooting_and_the_deadline_run_on_time(
         text=True,
         timeout=150,
         cwd=tmp_path,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([SOURCE, os.environ.get("PYTHONPATH", "")]),
+        },
     )
     assert proc.returncode == 0, proc.stderr
     rows = {}
@@ -37,3 +48,13 @@ def test_demo_shows_the_naive_run_overshooting_and_the_deadline_run_on_time(
     assert int(ours[-1]) <= 1  # at most one token chunk after the deadline
     assert int(naive[-1]) > 50  # the naive run kept streaming (and paying for) tokens
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # What each user received: the naive run's whole answer, late; the deadline run's answer
+    # cut short, then what the tools had found and which one gave nothing in time.
+    received = proc.stdout.split("What the user received:")[1]
+    naive_answer, ours_answer = received.split("  langgraph-deadline (after")
+    assert "thank you again for shopping with us" in " ".join(naive_answer.split())
+    ours_text = " ".join(ours_answer.split())
+    assert ours_text.count("Thanks for your patience.") == 1
+    assert "[cut short: the time for this answer ran out]" in ours_text
+    assert "- order_status: order 42 packed on Friday" in ours_text
+    assert "No result in time from: warehouse_stock." in ours_text

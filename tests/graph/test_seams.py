@@ -230,3 +230,27 @@ def test_a_task_wrapper_is_the_same_task_for_langgraph(body: Any) -> None:
     assert identifier(wrapper) == identifier(body)
     assert inspect.signature(wrapper) == inspect.signature(body)
     assert is_async_task(body) == is_async_callable(body)
+
+
+def test_a_tool_node_copy_calls_its_own_tool_call_wrappers() -> None:
+    """`tool_node.capped_per_call` copies a `ToolNode` and sets the wrappers its constructor
+    takes (`wrap_tool_call`, `awrap_tool_call`), kept as `_wrap_tool_call`/`_awrap_tool_call`,
+    and rebinds its bodies (`func`, `afunc`: bound methods) to the copy."""
+    from langgraph_deadline._graph.tool_node import capped_per_call
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    node = ToolNode([echo])
+    assert (node._wrap_tool_call, node._awrap_tool_call) == (None, None)
+    assert node.func == node._func and node.afunc == node._afunc
+    capped = capped_per_call(node, 1.0)
+    assert capped.func.__self__ is capped and capped.afunc.__self__ is capped  # type: ignore[union-attr]
+    assert node._wrap_tool_call is None  # the node given is left as it was
+    assert capped._wrap_tool_call is not None and capped._awrap_tool_call is not None
+    # ... and each call of the node goes through them (tests/conformance/test_tool_node_caps.py
+    # shows it end to end).
+    assert "self._wrap_tool_call(" in inspect.getsource(ToolNode._run_one)
+    assert "self._awrap_tool_call(" in inspect.getsource(ToolNode._arun_one)

@@ -91,12 +91,25 @@ def test_a_run_without_a_deadline_leaves_no_node_records(
 def test_a_capped_node_in_a_run_without_a_deadline_is_still_recorded(
     saver: SqliteSaver,
 ) -> None:
+    graph = with_deadlines(_agent_loop([lookup]), checkpointer=saver, caps={"model": 5.0})
+    out = graph.invoke(
+        {"messages": [HumanMessage("weather?")]}, {"configurable": {"thread_id": "t"}}
+    )
+    trace = out["deadline_trace"]
+    assert [(r.name, r.status) for r in trace] == [("model", StepStatus.COMPLETED)] * 2
+    assert trace[0].requested_ms == 5000.0 and trace[0].remaining_ms is None
+
+
+def test_a_capped_tool_node_in_a_run_without_a_deadline_records_each_call(
+    saver: SqliteSaver,
+) -> None:
+    """A ToolNode's cap is each call's (docs/concepts.md): the calls are the capped steps."""
     graph = with_deadlines(_agent_loop([lookup]), checkpointer=saver, caps={"tools": 5.0})
     out = graph.invoke(
         {"messages": [HumanMessage("weather?")]}, {"configurable": {"thread_id": "t"}}
     )
     trace = out["deadline_trace"]
-    assert [(r.name, r.status) for r in trace] == [("tools", StepStatus.COMPLETED)]
+    assert [(r.name, r.kind, r.status) for r in trace] == [("lookup", "tool", StepStatus.COMPLETED)]
     assert trace[0].requested_ms == 5000.0 and trace[0].remaining_ms is None
 
 
