@@ -71,16 +71,23 @@ class NotedStream:
 
 
 def closing_chunks(
-    state: Mapping[str, Any], step: str | None, mode: Any, *, subgraphs: bool, version: str
+    state: Mapping[str, Any],
+    step: str | None,
+    mode: Any,
+    *,
+    subgraphs: bool,
+    version: str,
+    kinds: tuple[str, ...] = ("updates", "values"),
 ) -> list[Any]:
     """The last chunks of a stream that ended early, in the caller's stream format: an update
-    from the step that ran out (its outcome, trace and reply) and the final values."""
+    from the step that ran out (its outcome, trace and reply) and the final values (of those
+    `kinds` that the caller's modes ask for)."""
     modes = [mode] if isinstance(mode, str) else list(mode)
     update = {k: state[k] for k in ("deadline_outcome", "deadline_trace") if k in state}
     parts = []
-    if "updates" in modes:
+    if "updates" in modes and "updates" in kinds:
         parts.append(("updates", {step or "deadline": update}))
-    if "values" in modes:
+    if "values" in modes and "values" in kinds:
         parts.append(("values", dict(state)))
     chunks: list[Any] = []
     for kind, payload in parts:

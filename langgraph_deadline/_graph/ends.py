@@ -1,5 +1,5 @@
-"""Runs that end without LangGraph finishing them: a resume that comes after the deadline, a run
-drained because a step ran out, and a run the deadline cancelled as a whole (the backstop)."""
+"""Runs that end without LangGraph finishing them: a run drained because a step ran out, a run
+the deadline cancelled as a whole (the backstop), and a run its caller cancelled."""
 
 from __future__ import annotations
 
@@ -30,37 +30,11 @@ __all__ = [
     "assemble",
     "final_state",
     "keep_records",
-    "too_late",
     "ended_in_state",
 ]
 
 log = logging.getLogger("langgraph_deadline")
 _PERSIST = "langgraph_deadline: write the outcome"
-
-
-def too_late(graph: DeadlineRuns, run: RunTracker, input: Any) -> Any:
-    """A new run whose deadline had passed before it started does not start: no node runs,
-    nothing is written (a checkpoint stays as it was). Returns what the caller gets (graphs
-    without deadline fields raise), or None to go on."""
-    d = run.deadline
-    if d is None or not d.expired:
-        return None
-    outcome = Outcome(
-        terminal=Terminal.DEADLINE_EXCEEDED,
-        reason="the run's deadline had passed before it started: nothing was run",
-        elapsed_ms=0.0,
-    )
-    run.outcome = outcome
-    emit_run_outcome(run, outcome)
-    state = (
-        {k: v for k, v in input.items() if k not in _FIELDS} if isinstance(input, Mapping) else {}
-    )
-    if not graph.deadline_settings.has_fields:
-        raise exceeded(outcome, d, state if graph.deadline_settings.has_state else None)
-    return {**state, "deadline": d.timestamp, "deadline_outcome": outcome, "deadline_trace": []}
-
-
-_FIELDS = frozenset({"deadline", "deadline_outcome", "deadline_trace"})
 
 
 def ended_in_state(values: Any) -> bool:

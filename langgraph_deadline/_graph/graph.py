@@ -26,23 +26,18 @@ from .._core.cut import Cut
 from .._core.deadline import earliest
 from .._core.errors import DeadlineExceeded
 from .._core.plan import run_step_end
+from .._core.records import Outcome
 from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import NotedStream, closing_chunks, deadline_given, note_chunk
-from .ends import (
-    afinal_state,
-    akeep_records,
-    ended_in_state,
-    final_state,
-    keep_records,
-    too_late,
-)
-from .inputs import ceiling, entry_input, plain_steps, sets_deadline
+from .ends import afinal_state, akeep_records, ended_in_state, final_state, keep_records
+from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
+from .late import alate_chunks, alate_result, late_chunks, late_result, too_late
 from .node import unwrapped
 from .resume import akeep_deadline, aresume, keep_deadline, resume, saved, thread_deadline
 from .seams import DRAIN_REASON, check_thread
 from .settings import GraphSettings
 from .state import fresh_run_update
-from .terminal import emit_run_outcome, final_outcome, raised
+from .terminal import emit_run_outcome, final_outcome, raised, reraise_with_state
 
 __all__ = ["DeadlineGraph", "DeadlineRuns"]
 
@@ -120,7 +115,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         settings = self._lgd_settings
         limit = ceiling(settings.timeout)  # nothing the caller sends is later than this
         input = entry_input(input, limit, fields=settings.has_fields)
-        given = None if _a_result(input) else deadline_given(input)
+        given = None if a_result(input) else deadline_given(input)
         if self._resuming(input):
             d = earliest(given, current_deadline())  # and the thread's: see `resume`
         else:
@@ -173,12 +168,14 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
     ) -> Iterator[Any]:
         prepared = self._prepared(config)
         run, input, cfg = self._start(input, config)
-        if not prepared and self._resuming(input):
-            if resume(self, run, cfg) is not None:
-                return
-        elif not prepared and too_late(self, run, input) is not None:
-            return
         mode = kwargs.get("stream_mode", self.stream_mode)
+        if not prepared and self._resuming(input):
+            if (ended := resume(self, run, cfg)) is not None:
+                yield from self._closing(ended, run, mode, kwargs, news=True)
+                return
+        elif not prepared and (refused := too_late(self, run, input)) is not None:
+            yield from late_chunks(self, run, refused, input, cfg, **kwargs)
+            return
         try:
             for chunk in super().stream(input, cfg, **kwargs):
                 note_chunk(run, chunk, mode)
@@ -192,7 +189,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         except DeadlineExceeded as exc:
             emit_run_outcome(run, exc.outcome)
             keep_deadline(self, run, cfg)
-            _reraise_with_state(exc, run)
+            reraise_with_state(exc, run)
         except Exception as exc:
             emit_run_outcome(run, raised(exc))
             keep_records(self, run, cfg)
@@ -223,12 +220,16 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         self, input: Any, config: RunnableConfig | None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         run, input, cfg = self._start(input, config)
-        if self._resuming(input):
-            if await aresume(self, run, cfg) is not None:
-                return
-        elif too_late(self, run, input) is not None:
-            return
         mode = kwargs.get("stream_mode", self.stream_mode)
+        if self._resuming(input):
+            if (ended := await aresume(self, run, cfg)) is not None:
+                for chunk in self._closing(ended, run, mode, kwargs, news=True):
+                    yield chunk
+                return
+        elif (refused := too_late(self, run, input)) is not None:
+            async for chunk in alate_chunks(self, run, refused, input, cfg, **kwargs):
+                yield chunk
+            return
         try:
             stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
             async with contextlib.aclosing(stream) as inner:
@@ -264,7 +265,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if isinstance(exc, DeadlineExceeded):
             emit_run_outcome(run, exc.outcome)
             await akeep_deadline(self, run, cfg)
-            _reraise_with_state(exc, run)
+            reraise_with_state(exc, run)
         if isinstance(exc, GeneratorExit | anyio.get_cancelled_exc_class()):
             # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
             # wherever LangGraph runs them, instead of letting them go on to their deadline.
@@ -278,14 +279,21 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         return None
 
     def _closing(
-        self, state: Any, run: RunTracker, mode: Any, kwargs: Mapping[str, Any]
+        self,
+        state: Any,
+        run: RunTracker,
+        mode: Any,
+        kwargs: Mapping[str, Any],
+        *,
+        news: bool = False,
     ) -> list[Any]:
         """The chunks that tell a stream's consumer how the run ended early (none when the
         stream already said all of it: the step that ran out wrote its outcome itself)."""
         run.final = state
-        if not run.final_news:
+        if not (run.final_news or news) or not isinstance(state, Mapping):
             return []
-        step = run.outcome.step if run.outcome is not None else None
+        outcome = state.get("deadline_outcome")
+        step = outcome.step if isinstance(outcome, Outcome) else None
         return closing_chunks(
             state,
             step,
@@ -303,7 +311,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
-            return refused
+            return late_result(self, run, refused, input, cfg)
         run.entry = self
         return self._completed(super().invoke(input, cfg, **kwargs), run)
 
@@ -315,7 +323,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
-            return refused
+            return await alate_result(self, run, refused, input, cfg)
         run.entry = self
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
@@ -372,24 +380,3 @@ def _fire_backstop(run: RunTracker, backstop: Cut) -> None:
     """The run's deadline passed: close the steps still in flight, then cancel the run."""
     run.fire_backstop()
     backstop.cancel()
-
-
-def _a_result(input: Any) -> bool:
-    """True for an input that is a finished run's result (`state = graph.invoke(state)`): its
-    `deadline` is that run's, spent, and not the new run's."""
-    return isinstance(input, Mapping) and input.get("deadline_outcome") is not None
-
-
-def _reraise_with_state(exc: DeadlineExceeded, run: RunTracker) -> None:
-    """Re-raise `exc`; one that carries no state yet is raised again, complete, with the run's
-    latest state (never set on the error after it was raised)."""
-    if exc.state is not None:
-        raise exc
-    raise DeadlineExceeded(
-        str(exc),
-        deadline=exc.deadline,
-        step=exc.step,
-        outcome=exc.outcome,
-        scopes=exc.scopes,
-        state=run.latest,
-    ) from exc

@@ -21,7 +21,15 @@ from .._core.context import current_deadline
 from .._core.deadline import Deadline, earliest
 from .._core.validate import check_timestamp
 
-__all__ = ["as_update", "ceiling", "entry_input", "plain_input", "plain_steps", "sets_deadline"]
+__all__ = [
+    "a_result",
+    "as_update",
+    "ceiling",
+    "entry_input",
+    "plain_input",
+    "plain_steps",
+    "sets_deadline",
+]
 
 
 def ceiling(timeout: float | None) -> Deadline | None:
@@ -157,3 +165,9 @@ def plain_steps(
         ]
         for step in supersteps
     ]
+
+
+def a_result(input: Any) -> bool:
+    """True for an input that is a finished run's result (`state = graph.invoke(state)`): its
+    `deadline` is that run's, spent, and not the new run's."""
+    return isinstance(input, Mapping) and input.get("deadline_outcome") is not None

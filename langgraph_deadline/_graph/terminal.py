@@ -21,6 +21,7 @@ __all__ = [
     "final_outcome",
     "outcome_from",
     "raised",
+    "reraise_with_state",
     "terminal_of",
 ]
 
@@ -123,3 +124,18 @@ def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal | 
     if isinstance(outcome, Outcome):
         return outcome.terminal
     return None if "__interrupt__" in result else Terminal.COMPLETED
+
+
+def reraise_with_state(exc: DeadlineExceeded, run: RunTracker) -> None:
+    """Re-raise `exc`; one that carries no state yet is raised again, complete, with the run's
+    latest state (never set on the error after it was raised)."""
+    if exc.state is not None:
+        raise exc
+    raise DeadlineExceeded(
+        str(exc),
+        deadline=exc.deadline,
+        step=exc.step,
+        outcome=exc.outcome,
+        scopes=exc.scopes,
+        state=run.latest,
+    ) from exc
