@@ -21,7 +21,6 @@ from langgraph.pregel import Pregel
 from langgraph.types import Command, Overwrite, StateUpdate
 
 from .._core.alarm import RunAlarm
-from .._core.context import current_deadline
 from .._core.cut import Cut
 from .._core.deadline import earliest
 from .._core.errors import DeadlineExceeded
@@ -35,6 +34,7 @@ from .late import alate_chunks, alate_result, late_chunks, late_result, too_late
 from .node import unwrapped
 from .resume import akeep_deadline, aresume, keep_deadline, resume, saved, thread_deadline
 from .seams import DRAIN_REASON, check_thread
+from .served import request_limit
 from .settings import GraphSettings
 from .state import fresh_run_update
 from .terminal import emit_run_outcome, final_outcome, raised, reraise_with_state
@@ -113,11 +113,12 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             return existing, input, cfg
         check_thread(self.checkpointer, cfg)
         settings = self._lgd_settings
-        limit = ceiling(settings.timeout)  # nothing the caller sends is later than this
+        # Nothing the caller sends is later than this (a served run's headers included).
+        limit = request_limit(cfg.get("configurable", {}), settings.timeout, settings.queue_time)
         input = entry_input(input, limit, fields=settings.has_fields)
         given = None if a_result(input) else deadline_given(input)
         if self._resuming(input):
-            d = earliest(given, current_deadline())  # and the thread's: see `resume`
+            d = earliest(given, limit)  # and the thread's: see `resume`
         else:
             d = earliest(given, limit)
             if settings.has_fields and isinstance(input, Mapping):

@@ -32,10 +32,11 @@ __all__ = [
 ]
 
 
-def ceiling(timeout: float | None) -> Deadline | None:
+def ceiling(timeout: float | None, *, queued: float = 0.0) -> Deadline | None:
     """The latest deadline anything entering a run now may set: `timeout` (checked by
-    `with_deadlines`) from now, and no later than the deadline in context; None for no limit."""
-    limit = None if timeout is None else Deadline._after(timeout, SYSTEM_CLOCK)
+    `with_deadlines`) from now (less the `queued` seconds the run waited since its request
+    arrived), and no later than the deadline in context; None for no limit."""
+    limit = None if timeout is None else Deadline._after(max(timeout - queued, 0.0), SYSTEM_CLOCK)
     return earliest(limit, current_deadline())
 
 

@@ -28,10 +28,13 @@ class GraphSettings:
     fields (the outcome is returned in state, not raised); `closing_message` adds a short reply
     to a messages state that ran out of time (with a `reserve`, the time to give it);
     `has_state` False for an entrypoint (Functional API), whose runs return a value: one that
-    ends early raises `DeadlineExceeded` with `.state` None, and no state is read for it."""
+    ends early raises `DeadlineExceeded` with `.state` None, and no state is read for it;
+    `queue_time`, for a graph LangGraph Server runs, the most queue time taken from a run's
+    budget (None: the budget counts from when the run starts; see `_graph/served.py`)."""
 
     timeout: float | None = None
     reserve: float = 0.0
     has_fields: bool = False
     closing_message: bool = True
     has_state: bool = True
+    queue_time: float | None = None

@@ -35,6 +35,7 @@ def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a P
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
+    queue_time: float | None = None,
 ) -> DeadlineGraph: ...
 
 
@@ -50,6 +51,7 @@ def with_deadlines(
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
+    queue_time: float | None = None,
 ) -> DeadlineEntrypoint: ...
 
 
@@ -64,6 +66,7 @@ def with_deadlines(
     checkpointer: Any = None,
     store: Any = None,
     closing_message: bool = True,
+    queue_time: float | None = None,
 ) -> DeadlineGraph | DeadlineEntrypoint:
     """Compile `graph` (a `StateGraph` builder, a compiled graph or an `@entrypoint`, left
     untouched) with every node budgeted and one deadline per run.
@@ -89,6 +92,14 @@ def with_deadlines(
     messages state gets a short assistant reply saying the answer is incomplete
     (`closing_message=False` leaves it out).
 
+    Served by LangGraph Server, a run also honours the deadline headers of its request, which
+    the server puts in `config["configurable"]` (`x-request-timeout-ms`, `x-request-deadline`,
+    `grpc-timeout`; with `configurable_headers` in `langgraph.json`), never later than `timeout`.
+    `queue_time` (seconds, opt-in) counts `timeout` and a relative header from when the server
+    received the request rather than from when a worker picked the run up: up to `queue_time`
+    seconds of waiting in the queue are taken from the run's budget
+    (docs/howto/across-services.md, "Deploy on LangGraph Server").
+
     An `@entrypoint` (Functional API) gives a `DeadlineEntrypoint`: the entrypoint and each
     `@task` call are steps, `caps` and `min_viable` by task name (or the entrypoint's),
     `default_cap` for tasks. With time to spare it returns what the entrypoint returns; a run
@@ -108,6 +119,7 @@ def with_deadlines(
         raise TypeError(f"closing_message must be a bool, got {closing_message!r}")
     timeout_s = check_cap(timeout, "timeout")
     reserve_s = check_seconds(reserve, "reserve")
+    queue_s = check_cap(queue_time, "queue_time")
     default_cap_s = check_cap(default_cap, "default_cap")
     caps = dict(check_mapping(caps, "caps"))
     mins = dict(check_mapping(min_viable, "min_viable"))
@@ -121,6 +133,7 @@ def with_deadlines(
             default_cap=default_cap_s,
             checkpointer=checkpointer,
             store=store,
+            queue_time=queue_s,
         )
 
     compile_kwargs: dict[str, Any] = {}
@@ -194,6 +207,7 @@ def with_deadlines(
         reserve=reserve_s,
         has_fields=has_fields,
         closing_message=closing_message,
+        queue_time=queue_s,
     )
     ours = DeadlineGraph.of(wrapped.compile(**compile_kwargs), settings)
     if isinstance(graph, CompiledStateGraph) and graph.config:
