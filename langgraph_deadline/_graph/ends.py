@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
+import anyio
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
     from .graph import DeadlineRuns
 
 __all__ = [
+    "CANCEL_WRITE_S",
     "afinal_state",
+    "akeep_cancelled",
     "akeep_records",
     "assemble",
     "final_state",
@@ -34,6 +37,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("langgraph_deadline")
+
+CANCEL_WRITE_S: Final = 1.0
+"""How long a cancelled run may hold up its cancellation to write its outcome (a checkpointer
+write takes milliseconds; a stuck one must not keep a cancelled caller waiting)."""
 _PERSIST = "langgraph_deadline: write the outcome"
 
 
@@ -151,6 +158,25 @@ async def akeep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfi
         await _awrite(graph, cfg, _records_update(run, await _aread(graph, run, cfg)))
 
 
+async def akeep_cancelled(
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome
+) -> None:
+    """A run its caller cancelled (a stop, LangGraph Server's `runs.cancel`, a client gone):
+    with the deadline fields, its `cancelled` outcome and step records are written to its
+    checkpoint, so that a thread read later tells it from a completed run or one out of time.
+    Shielded from the cancellation for at most `CANCEL_WRITE_S`. A run whose state has its
+    outcome already (it completed or ended early before the caller left) is left as it is."""
+    if not (graph.deadline_settings.has_fields and saved(graph, cfg)):
+        return
+    with anyio.move_on_after(CANCEL_WRITE_S, shield=True):
+        latest = await _aread(graph, run, cfg)
+        values: Mapping[str, Any] = latest if isinstance(latest, Mapping) else {}
+        if values.get("deadline_outcome") is not None:
+            return
+        update = {"deadline_outcome": outcome.to_dict(), "deadline": RUN_OVER}
+        await _awrite(graph, cfg, {**update, **_records_update(run, values)})
+
+
 def _missing(run: RunTracker, values: Mapping[str, Any]) -> list[StepRecord]:
     known = list(values.get("deadline_trace") or [])
     return [r for r in run.records if r not in known]
@@ -183,7 +209,7 @@ def assemble(
     The step that was cut is not marked done: a resume that grants more time runs it again."""
     values: Mapping[str, Any] = latest if isinstance(latest, Mapping) else {}
     written = values.get("deadline_outcome")
-    if isinstance(written, Outcome) and written.terminal is not Terminal.COMPLETED:
+    if isinstance(written, Outcome) and not written.ok:
         outcome = written
     else:
         outcome = run.outcome or outcome_from(run, why)
@@ -206,7 +232,7 @@ def assemble(
     if settings.has_fields:
         state["deadline_outcome"] = outcome
         state["deadline_trace"] = [*(values.get("deadline_trace") or []), *_missing(run, values)]
-        if written is None:
+        if written is None or written.ok:  # a `completed` a subgraph gave is replaced
             update["deadline_outcome"] = outcome.to_dict()
             update["deadline"] = RUN_OVER  # the next run's deadline replaces this one
         update.update(_records_update(run, values))

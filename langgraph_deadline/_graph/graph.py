@@ -28,7 +28,14 @@ from .._core.plan import run_step_end
 from .._core.records import Outcome
 from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import NotedStream, closing_chunks, deadline_given, note_chunk
-from .ends import afinal_state, akeep_records, ended_in_state, final_state, keep_records
+from .ends import (
+    afinal_state,
+    akeep_cancelled,
+    akeep_records,
+    ended_in_state,
+    final_state,
+    keep_records,
+)
 from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
 from .late import alate_chunks, alate_result, late_chunks, late_result, too_late
 from .node import unwrapped
@@ -36,7 +43,7 @@ from .resume import akeep_deadline, aresume, keep_deadline, resume, saved, threa
 from .seams import DRAIN_REASON, check_thread
 from .served import request_limit
 from .settings import GraphSettings
-from .state import fresh_run_update
+from .state import COMPLETED, fresh_run_update
 from .terminal import emit_run_outcome, final_outcome, raised, reraise_with_state
 
 __all__ = ["DeadlineGraph", "DeadlineRuns"]
@@ -272,7 +279,8 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             # wherever LangGraph runs them, instead of letting them go on to their deadline.
             run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
             if not run.backstop_fired:  # the backstop reports the run itself
-                emit_run_outcome(run, raised(exc))
+                emit_run_outcome(run, outcome := raised(exc))
+                await akeep_cancelled(self, run, cfg, outcome)
             return None
         emit_run_outcome(run, raised(exc))
         if isinstance(exc, Exception):
@@ -361,7 +369,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             outcome is not None
             and self._lgd_settings.has_fields
             and isinstance(result, dict)
-            and result.get("deadline_outcome") is None
+            and result.get("deadline_outcome") in (None, COMPLETED)  # the run's time added
         ):
             result = {**result, "deadline_outcome": outcome}
         return result

@@ -16,7 +16,7 @@ from typing_extensions import TypedDict
 
 from .._core.clock import SYSTEM_CLOCK, Clock
 from .._core.deadline import Deadline
-from .._core.records import Outcome, StepRecord
+from .._core.records import Outcome, StepRecord, Terminal
 from .._core.validate import check_seconds, check_timestamp
 
 __all__ = [
@@ -59,11 +59,14 @@ def merge_deadline(current: float | None, update: Deadline | float | None) -> fl
 def merge_outcome(
     current: Outcome | None, update: Outcome | Mapping[str, Any] | None
 ) -> Outcome | None:
-    """Reducer for `deadline_outcome`: the first terminal of a run is kept; `None` clears it."""
+    """Reducer for `deadline_outcome`: the first terminal that ended a run early is kept, and
+    replaces a `completed` (one a subgraph or sub-agent finished with); `None` clears it."""
     if update is None:
         return None
     new = update if isinstance(update, Outcome) else Outcome.from_dict(update)
-    return new if current is None else current
+    if current is None or (current.ok and not new.ok):
+        return new
+    return current
 
 
 def merge_trace(
@@ -174,6 +177,17 @@ class DeadlineChannel(_PlainChannel[float | None]):
 
 
 class OutcomeChannel(_PlainChannel[Outcome | None]):
+    """The outcome's channel. A run that reaches its end (LangGraph calls `finish()`; not a
+    pause on an interrupt) with no outcome yet ends `completed`: its last values and its
+    checkpoint say so, so that a thread read later (LangGraph Server's) tells a completed run
+    from one cancelled or out of time. Its `elapsed_ms` is not known here: None."""
+
+    def finish(self) -> bool:
+        if self.is_available() and self.value is not None:
+            return False
+        self.value = COMPLETED
+        return True
+
     def _decode(self, value: Any) -> Outcome | None:
         if value is None or isinstance(value, Outcome):
             return value
@@ -191,6 +205,9 @@ class TraceChannel(_PlainChannel[list[StepRecord]]):
         return [r.to_dict() for r in value]
 
 
+COMPLETED: Final = Outcome(terminal=Terminal.COMPLETED)
+"""The outcome a run that reached its end without one gets (`OutcomeChannel.finish`)."""
+
 RUN_OVER: Final[Mapping[str, bool]] = {"over": True}
 """The update to `deadline` that says the run ended early (a budgeted node ran out): like a run
 that finished, its deadline is over, and the next run's replaces it."""
@@ -207,7 +224,8 @@ class DeadlineState(TypedDict, total=False):
       deadline in its input (a `Deadline` or epoch seconds): within the run, and on resume,
       earliest wins, so updates can only bring it forward; once the run finished, the next
       run's deadline replaces it. `deadline_input` replaces it explicitly (within `timeout`).
-    - `deadline_outcome`: the run's `Outcome`, once it has one. The first terminal is kept.
+    - `deadline_outcome`: the run's `Outcome`, once it has one (`completed` when it reaches its
+      end without another). The first terminal that ended it early is kept.
     - `deadline_trace`: the `StepRecord` of every budgeted step, appended (a node that nothing
       bounded, in a run with no deadline, adds one only when it does not complete).
 
