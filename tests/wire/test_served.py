@@ -103,6 +103,8 @@ async def test_the_timeout_header_alone_bounds_a_served_run_and_its_http_call(
     values = (await client.threads.get_state(thread))["values"]
     assert values["deadline_outcome"]["terminal"] == "deadline_exceeded"
     assert _statuses(values, "search") == ["timed_out"]
+    # The server's own statuses cannot tell it from a pause: the cut step is pending.
+    assert (await client.threads.get(thread))["status"] == "interrupted"
 
 
 @pytest.mark.anyio
@@ -158,6 +160,7 @@ async def test_a_completed_run_says_so_in_its_answer_and_its_thread(
     thread = await _thread(client)
     out = await client.runs.wait(thread, "search", input={"query": "q"})
     assert out["deadline_outcome"]["terminal"] == "completed"
+    assert (await client.threads.get(thread))["status"] == "idle"
     values = (await client.threads.get_state(thread))["values"]
     assert values["deadline_outcome"]["terminal"] == "completed"
     assert _statuses(values, "search") == ["completed"]
