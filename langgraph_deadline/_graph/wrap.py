@@ -82,7 +82,8 @@ def with_deadlines(
 
     How the caller learns the terminal:
     - state with `DeadlineState` fields: the returned state's `deadline_outcome`
-      (`COMPLETED` when the run finished; when it ended early, the checkpoint has it too);
+      (`COMPLETED` when the run finished, `CANCELLED` when its caller cancelled it; a
+      checkpointed thread holds it too);
     - state without them: `DeadlineExceeded` is raised, with `.outcome` and the partial `.state`.
     Recursion limits, failures and cancellation raise as LangGraph raises them (`terminal_of`).
 
