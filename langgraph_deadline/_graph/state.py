@@ -3,6 +3,10 @@
 Each field has its own channel so that checkpoints hold plain data (floats, dicts, lists): they
 load under `LANGGRAPH_STRICT_MSGPACK=true` and without LangGraph's "unregistered type" warning,
 and they travel as JSON to `RemoteGraph` and LangGraph Server. In memory the fields are typed.
+
+One module because each field's reducer, channel and declaration are one contract (what a write
+does, what the checkpoint holds, when a run's end changes it): split, a change to one would
+silently disagree with the others.
 """
 
 from __future__ import annotations
