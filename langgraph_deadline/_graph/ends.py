@@ -20,7 +20,7 @@ from .._core.tracker import RUN_KEY, RunTracker
 from .messages import answered, closing_reply, messages_of
 from .resume import akeep_deadline, keep_deadline, saved
 from .state import RUN_OVER
-from .terminal import emit_run_outcome, exceeded, outcome_from
+from .terminal import emit_run_outcome, exceeded, final_outcome, outcome_from
 
 if TYPE_CHECKING:
     from .graph import DeadlineRuns
@@ -28,10 +28,12 @@ if TYPE_CHECKING:
 __all__ = [
     "CANCEL_WRITE_S",
     "afinal_state",
-    "akeep_cancelled",
+    "akeep_completed",
+    "akeep_left",
     "akeep_records",
     "assemble",
     "final_state",
+    "keep_completed",
     "keep_records",
     "ended_in_state",
 ]
@@ -158,23 +160,61 @@ async def akeep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfi
         await _awrite(graph, cfg, _records_update(run, await _aread(graph, run, cfg)))
 
 
-async def akeep_cancelled(
-    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome
+def _completes(graph: DeadlineRuns, cfg: RunnableConfig, outcome: Outcome | None) -> bool:
+    return (
+        outcome is not None
+        and outcome.ok
+        and graph.deadline_settings.has_fields
+        and saved(graph, cfg)
+    )
+
+
+def keep_completed(graph: DeadlineRuns, cfg: RunnableConfig, outcome: Outcome | None) -> None:
+    """A run that finished (`outcome` completed): with the deadline fields, the outcome is
+    written to its checkpoint, which LangGraph's own end leaves without one, so that a thread
+    read later tells it from a run cancelled or out of time. (Not from the state's channel:
+    LangGraph tells channels a run ends also when `Send` tasks are still to come.)"""
+    if outcome is not None and _completes(graph, cfg, outcome):
+        _write(graph, cfg, {"deadline_outcome": outcome.to_dict()})
+
+
+async def akeep_completed(
+    graph: DeadlineRuns, cfg: RunnableConfig, outcome: Outcome | None
 ) -> None:
-    """A run its caller cancelled (a stop, LangGraph Server's `runs.cancel`, a client gone):
-    with the deadline fields, its `cancelled` outcome and step records are written to its
-    checkpoint, so that a thread read later tells it from a completed run or one out of time.
-    Shielded from the cancellation for at most `CANCEL_WRITE_S`. A run whose state has its
-    outcome already (it completed or ended early before the caller left) is left as it is."""
+    """`keep_completed`, asynchronously."""
+    if outcome is not None and _completes(graph, cfg, outcome):
+        await _awrite(graph, cfg, {"deadline_outcome": outcome.to_dict()})
+
+
+async def akeep_left(
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome
+) -> Outcome:
+    """A run its caller left (a stop, LangGraph Server's `runs.cancel`, a client gone, a stream
+    closed): with the deadline fields, how it ended is written to its checkpoint, so that a
+    thread read later tells it from a run completed or out of time. Returns that outcome:
+    `outcome` (cancelled), with the records of the steps it cut; or `completed` when the thread
+    shows the run had done all its work (the caller left after its last chunk, before the
+    stream's end). A thread with an outcome already is left as it is. Shielded from the
+    cancellation for at most `CANCEL_WRITE_S`."""
     if not (graph.deadline_settings.has_fields and saved(graph, cfg)):
-        return
+        return outcome
     with anyio.move_on_after(CANCEL_WRITE_S, shield=True):
-        latest = await _aread(graph, run, cfg)
-        values: Mapping[str, Any] = latest if isinstance(latest, Mapping) else {}
+        try:
+            snapshot = await graph.aget_state(_clean(cfg))
+        except Exception:
+            log.warning("could not read the thread of a cancelled run", exc_info=True)
+            return outcome
+        values: Mapping[str, Any] = snapshot.values if isinstance(snapshot.values, Mapping) else {}
         if values.get("deadline_outcome") is not None:
-            return
-        update = {"deadline_outcome": outcome.to_dict(), "deadline": RUN_OVER}
-        await _awrite(graph, cfg, {**update, **_records_update(run, values)})
+            return outcome
+        if not snapshot.next and not snapshot.interrupts:
+            outcome = final_outcome(run, values) or outcome
+            update: dict[str, Any] = {"deadline_outcome": outcome.to_dict()}
+        else:
+            update = {"deadline_outcome": outcome.to_dict(), "deadline": RUN_OVER}
+            update.update(_records_update(run, values))
+        await _awrite(graph, cfg, update)
+    return outcome
 
 
 def _missing(run: RunTracker, values: Mapping[str, Any]) -> list[StepRecord]:

@@ -27,13 +27,15 @@ from .._core.errors import DeadlineExceeded
 from .._core.plan import run_step_end
 from .._core.records import Outcome
 from .._core.tracker import RUN_KEY, RunTracker
-from .chunks import NotedStream, closing_chunks, deadline_given, note_chunk
+from .chunks import NotedStream, closing, completed_chunks, deadline_given, note_chunk
 from .ends import (
     afinal_state,
-    akeep_cancelled,
+    akeep_completed,
+    akeep_left,
     akeep_records,
     ended_in_state,
     final_state,
+    keep_completed,
     keep_records,
 )
 from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
@@ -43,7 +45,7 @@ from .resume import akeep_deadline, aresume, keep_deadline, resume, saved, threa
 from .seams import DRAIN_REASON, check_thread
 from .served import request_limit
 from .settings import GraphSettings
-from .state import COMPLETED, fresh_run_update
+from .state import fresh_run_update
 from .terminal import emit_run_outcome, final_outcome, raised, reraise_with_state
 
 __all__ = ["DeadlineGraph", "DeadlineRuns"]
@@ -179,7 +181,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         mode = kwargs.get("stream_mode", self.stream_mode)
         if not prepared and self._resuming(input):
             if (ended := resume(self, run, cfg)) is not None:
-                yield from self._closing(ended, run, mode, kwargs, news=True)
+                yield from closing(ended, run, mode, kwargs, news=True)
                 return
         elif not prepared and (refused := too_late(self, run, input)) is not None:
             yield from late_chunks(self, run, refused, input, cfg, **kwargs)
@@ -192,7 +194,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             if exc.reason != DRAIN_REASON:
                 emit_run_outcome(run, raised(exc))
                 raise
-            yield from self._closing(final_state(self, run, cfg, None), run, mode, kwargs)
+            yield from closing(final_state(self, run, cfg, None), run, mode, kwargs)
             return
         except DeadlineExceeded as exc:
             emit_run_outcome(run, exc.outcome)
@@ -206,11 +208,13 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             emit_run_outcome(run, raised(exc))
             raise
         if _ran_out_at_the_end(run):
-            yield from self._closing(final_state(self, run, cfg, None), run, mode, kwargs)
+            yield from closing(final_state(self, run, cfg, None), run, mode, kwargs)
             return
         keep_deadline(self, run, cfg)
         if not prepared:
-            emit_run_outcome(run, final_outcome(run, run.latest))
+            emit_run_outcome(run, done := final_outcome(run, run.latest))
+            keep_completed(self, cfg, done)
+            yield from completed_chunks(self._lgd_settings.has_fields, done, run, mode, kwargs)
 
     def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -231,7 +235,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         mode = kwargs.get("stream_mode", self.stream_mode)
         if self._resuming(input):
             if (ended := await aresume(self, run, cfg)) is not None:
-                for chunk in self._closing(ended, run, mode, kwargs, news=True):
+                for chunk in closing(ended, run, mode, kwargs, news=True):
                     yield chunk
                 return
         elif (refused := too_late(self, run, input)) is not None:
@@ -247,16 +251,21 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         except BaseException as exc:
             if (state := await self._aended(run, cfg, exc)) is None:
                 raise
-            for chunk in self._closing(state, run, mode, kwargs):
+            for chunk in closing(state, run, mode, kwargs):
                 yield chunk
         else:
             if _ran_out_at_the_end(run):
                 state = await afinal_state(self, run, cfg, None)
-                for chunk in self._closing(state, run, mode, kwargs):
+                for chunk in closing(state, run, mode, kwargs):
                     yield chunk
             else:
                 await akeep_deadline(self, run, cfg)
-                emit_run_outcome(run, final_outcome(run, run.latest))
+                emit_run_outcome(run, done := final_outcome(run, run.latest))
+                await akeep_completed(self, cfg, done)
+                for chunk in completed_chunks(
+                    self._lgd_settings.has_fields, done, run, mode, kwargs
+                ):
+                    yield chunk
         finally:
             run.close_alarm()
 
@@ -279,37 +288,12 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             # wherever LangGraph runs them, instead of letting them go on to their deadline.
             run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
             if not run.backstop_fired:  # the backstop reports the run itself
-                emit_run_outcome(run, outcome := raised(exc))
-                await akeep_cancelled(self, run, cfg, outcome)
+                emit_run_outcome(run, await akeep_left(self, run, cfg, raised(exc)))
             return None
         emit_run_outcome(run, raised(exc))
         if isinstance(exc, Exception):
             await akeep_records(self, run, cfg)
         return None
-
-    def _closing(
-        self,
-        state: Any,
-        run: RunTracker,
-        mode: Any,
-        kwargs: Mapping[str, Any],
-        *,
-        news: bool = False,
-    ) -> list[Any]:
-        """The chunks that tell a stream's consumer how the run ended early (none when the
-        stream already said all of it: the step that ran out wrote its outcome itself)."""
-        run.final = state
-        if not (run.final_news or news) or not isinstance(state, Mapping):
-            return []
-        outcome = state.get("deadline_outcome")
-        step = outcome.step if isinstance(outcome, Outcome) else None
-        return closing_chunks(
-            state,
-            step,
-            mode,
-            subgraphs=bool(kwargs.get("subgraphs", False)),
-            version=str(kwargs.get("version", "v1")),
-        )
 
     # -- invoke -------------------------------------------------------------------------------
 
@@ -322,7 +306,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         elif (refused := too_late(self, run, input)) is not None:
             return late_result(self, run, refused, input, cfg)
         run.entry = self
-        return self._completed(super().invoke(input, cfg, **kwargs), run)
+        result, done = self._completed(super().invoke(input, cfg, **kwargs), run)
+        keep_completed(self, cfg, done)
+        return result
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Like `CompiledStateGraph.ainvoke`; also cancels the whole run at its deadline."""
@@ -356,11 +342,15 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if backstop.caught:
             return await afinal_state(self, run, cfg, _IN_FLIGHT)
         await akeep_deadline(self, run, cfg)
-        return self._completed(result, run)
+        result, done = self._completed(result, run)
+        await akeep_completed(self, cfg, done)
+        return result
 
-    def _completed(self, result: Any, run: RunTracker) -> Any:
+    def _completed(self, result: Any, run: RunTracker) -> tuple[Any, Outcome | None]:
+        """What `invoke` returns for a run LangGraph finished, and its outcome when the run
+        completed (None when it ended early or is paused: nothing more to write)."""
         if run.final is not None:  # ended early: the state its stream ended with
-            return run.final
+            return run.final, None
         if isinstance(result, dict) and "__interrupt__" in result:
             run.interrupted = True
         outcome = final_outcome(run, result)
@@ -369,10 +359,10 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             outcome is not None
             and self._lgd_settings.has_fields
             and isinstance(result, dict)
-            and result.get("deadline_outcome") in (None, COMPLETED)  # the run's time added
+            and result.get("deadline_outcome") is None
         ):
             result = {**result, "deadline_outcome": outcome}
-        return result
+        return result, outcome
 
 
 class DeadlineGraph(DeadlineRuns, CompiledStateGraph[Any, Any, Any, Any]):

@@ -5,8 +5,7 @@ load under `LANGGRAPH_STRICT_MSGPACK=true` and without LangGraph's "unregistered
 and they travel as JSON to `RemoteGraph` and LangGraph Server. In memory the fields are typed.
 
 One module because each field's reducer, channel and declaration are one contract (what a write
-does, what the checkpoint holds, when a run's end changes it): split, a change to one would
-silently disagree with the others.
+does, what the checkpoint holds): split, a change to one could silently disagree with another.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing_extensions import TypedDict
 
 from .._core.clock import SYSTEM_CLOCK, Clock
 from .._core.deadline import Deadline
-from .._core.records import Outcome, StepRecord, Terminal
+from .._core.records import Outcome, StepRecord
 from .._core.validate import check_seconds, check_timestamp
 
 __all__ = [
@@ -68,9 +67,7 @@ def merge_outcome(
     if update is None:
         return None
     new = update if isinstance(update, Outcome) else Outcome.from_dict(update)
-    if current is None or (current.ok and not new.ok):
-        return new
-    return current
+    return new if current is None or (current.ok and not new.ok) else current
 
 
 def merge_trace(
@@ -181,17 +178,6 @@ class DeadlineChannel(_PlainChannel[float | None]):
 
 
 class OutcomeChannel(_PlainChannel[Outcome | None]):
-    """The outcome's channel. A run that reaches its end (LangGraph calls `finish()`; not a
-    pause on an interrupt) with no outcome yet ends `completed`: its last values and its
-    checkpoint say so, so that a thread read later (LangGraph Server's) tells a completed run
-    from one cancelled or out of time. Its `elapsed_ms` is not known here: None."""
-
-    def finish(self) -> bool:
-        if self.is_available() and self.value is not None:
-            return False
-        self.value = COMPLETED
-        return True
-
     def _decode(self, value: Any) -> Outcome | None:
         if value is None or isinstance(value, Outcome):
             return value
@@ -209,9 +195,6 @@ class TraceChannel(_PlainChannel[list[StepRecord]]):
         return [r.to_dict() for r in value]
 
 
-COMPLETED: Final = Outcome(terminal=Terminal.COMPLETED)
-"""The outcome a run that reached its end without one gets (`OutcomeChannel.finish`)."""
-
 RUN_OVER: Final[Mapping[str, bool]] = {"over": True}
 """The update to `deadline` that says the run ended early (a budgeted node ran out): like a run
 that finished, its deadline is over, and the next run's replaces it."""
@@ -228,8 +211,8 @@ class DeadlineState(TypedDict, total=False):
       deadline in its input (a `Deadline` or epoch seconds): within the run, and on resume,
       earliest wins, so updates can only bring it forward; once the run finished, the next
       run's deadline replaces it. `deadline_input` replaces it explicitly (within `timeout`).
-    - `deadline_outcome`: the run's `Outcome`, once it has one (`completed` when it reaches its
-      end without another). The first terminal that ended it early is kept.
+    - `deadline_outcome`: the run's `Outcome`, once it has one (`with_deadlines` writes
+      `completed` at the end of a run that finished). The first early end is kept.
     - `deadline_trace`: the `StepRecord` of every budgeted step, appended (a node that nothing
       bounded, in a run with no deadline, adds one only when it does not complete).
 

@@ -40,13 +40,11 @@ def exceeded(outcome: Outcome, deadline: Deadline | None, state: Any) -> Deadlin
 
 
 def final_outcome(run: RunTracker, state: Any) -> Outcome | None:
-    """The outcome of a run that returned normally: the one in its state (unless it is the
-    `completed` its state's channel gave, which does not know the run's time), else completed
+    """The outcome of a run that returned normally: the one in its state, else completed
     (None while it is paused on an interrupt)."""
     if isinstance(state, Mapping) and isinstance(state.get("deadline_outcome"), Outcome):
         found: Outcome = state["deadline_outcome"]
-        if not (found.ok and found.elapsed_ms is None):
-            return found
+        return found
     if run.outcome is not None:
         return run.outcome
     if run.interrupted:

@@ -19,7 +19,6 @@ from langgraph.types import StreamWriter
 
 from langgraph_deadline import (
     DeadlineState,
-    Outcome,
     StepStatus,
     Terminal,
     budgeted,
@@ -191,7 +190,7 @@ def test_the_original_builder_and_graph_stay_untouched() -> None:
     assert wrapped.invoke({"log": []})["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     out = compiled.invoke({"log": []})
     assert out["log"] == ["node"]
-    assert out["deadline_outcome"] == Outcome(terminal=Terminal.COMPLETED)  # not cut, no time
+    assert out.get("deadline_outcome") is None
 
 
 class _Runs:

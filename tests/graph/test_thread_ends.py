@@ -56,7 +56,10 @@ async def test_a_completed_run_leaves_completed_in_its_thread_and_last_values() 
     assert [r.name for r in snapshot.values["deadline_trace"]] == ["first", "slow"]
     out = await graph.ainvoke({"log": []}, CFG)
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED
-    assert out["deadline_outcome"].elapsed_ms is not None  # the caller's copy has the run's time
+    assert out["deadline_outcome"] == (await graph.aget_state(CFG)).values["deadline_outcome"]
+    updates = [c async for c in graph.astream({"log": []}, CFG, stream_mode="updates")]
+    assert list(updates[-1]) == ["deadline"]  # the outcome's update, as a step's would be
+    assert updates[-1]["deadline"]["deadline_outcome"].terminal is Terminal.COMPLETED
 
 
 @pytest.mark.anyio
@@ -77,6 +80,18 @@ async def test_a_cancelled_stream_leaves_cancelled_and_the_cut_steps_record_in_i
     assert values["log"] == ["first"]
     slow = [r for r in values["deadline_trace"] if r.name == "slow"]
     assert [r.status for r in slow] == [StepStatus.CANCELLED]
+
+
+def test_a_completed_sync_run_leaves_completed_in_its_thread() -> None:
+    def step(s: Log) -> dict[str, Any]:
+        return {"log": ["step"]}
+
+    builder = StateGraph(Log).add_node("step", step).add_edge(START, "step")
+    graph = with_deadlines(builder, timeout=5.0, checkpointer=InMemorySaver())
+    graph.invoke({"log": []}, CFG)
+    assert graph.get_state(CFG).values["deadline_outcome"].terminal is Terminal.COMPLETED
+    chunks = list(graph.stream({"log": []}, CFG, stream_mode="values"))
+    assert chunks[-1]["deadline_outcome"] == graph.get_state(CFG).values["deadline_outcome"]
 
 
 @pytest.mark.anyio
