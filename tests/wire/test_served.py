@@ -89,17 +89,17 @@ async def test_the_timeout_header_alone_bounds_a_served_run_and_its_http_call(
         thread,
         "search",
         input={"query": "q", "delay": 10},
-        headers={"X-Request-Timeout-Ms": "1500"},
+        headers={"X-Request-Timeout-Ms": "2500"},  # room for a slow pickup on a busy machine
     )
     took = time.monotonic() - t0
     assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
     assert out["deadline_outcome"]["step"] == "search"
-    assert 1.5 - RESERVE - 0.5 < took < 1.5 + SLACK
+    assert 2.5 - RESERVE - 0.5 < took < 2.5 + SLACK
     (request,) = slow.requests
-    assert int(request.headers["x-request-timeout-ms"]) <= 1500 - RESERVE * 1000
+    assert int(request.headers["x-request-timeout-ms"]) <= 2500 - RESERVE * 1000
     assert slow.wait_disconnected(1.0)
     assert request.disconnected is not None
-    assert request.disconnected - t0 < 1.5 - RESERVE + 0.3  # the socket closed at the budget
+    assert request.disconnected - t0 < 2.5 - RESERVE + 0.3  # the socket closed at the budget
     values = (await client.threads.get_state(thread))["values"]
     assert values["deadline_outcome"]["terminal"] == "deadline_exceeded"
     assert _statuses(values, "search") == ["timed_out"]
@@ -111,10 +111,10 @@ async def test_the_timeout_header_alone_bounds_a_served_run_and_its_http_call(
 async def test_remote_graph_headers_bound_the_served_run(
     client: LangGraphClient, slow: SlowServer, url: str
 ) -> None:
-    remote = RemoteGraph("search", url=url, headers={"X-Request-Timeout-Ms": "1200"})
+    remote = RemoteGraph("search", url=url, headers={"X-Request-Timeout-Ms": "2000"})
     t0 = time.monotonic()
     out = await remote.ainvoke({"query": "q", "delay": 10})
-    assert time.monotonic() - t0 < 1.2 + SLACK
+    assert time.monotonic() - t0 < 2.0 + SLACK
     assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
     assert slow.wait_disconnected(1.0)
 
@@ -135,7 +135,7 @@ async def test_time_in_the_queue_is_taken_from_the_budget(
         waiting,
         "search",
         input={"query": "queued", "delay": 10},
-        headers={"X-Request-Timeout-Ms": "4000"},
+        headers={"X-Request-Timeout-Ms": "5000"},
     )
     out = await client.runs.join(waiting, second["run_id"])
     took = time.monotonic() - t0
@@ -145,9 +145,9 @@ async def test_time_in_the_queue_is_taken_from_the_budget(
     assert picked_up > 1.0  # it did wait in the queue (else this test proves nothing)
     assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
     # Its deadline counted from the request's arrival, not from the pickup:
-    assert took < 4.0 + SLACK
+    assert took < 5.0 + SLACK
     sent = int(queued.headers["x-request-timeout-ms"]) / 1000
-    assert sent < 4.0 - RESERVE - picked_up + 0.3  # not the 3.8 s counted from the pickup
+    assert sent < 5.0 - RESERVE - picked_up + 0.3  # not the 4.8 s counted from the pickup
 
 
 # -- 4. the thread tells how each run ended ---------------------------------------------------
