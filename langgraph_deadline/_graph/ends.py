@@ -194,7 +194,7 @@ async def akeep_left(
     thread read later tells it from a run completed or out of time. Returns that outcome:
     `outcome` (cancelled), with the records of the steps it cut; or `completed` when the thread
     shows the run had done all its work (the caller left after its last chunk, before the
-    stream's end). A thread with an outcome already is left as it is. Shielded from the
+    stream's end). A thread that ended already is left as it is. Shielded from the
     cancellation for at most `CANCEL_WRITE_S`."""
     if not (graph.deadline_settings.has_fields and saved(graph, cfg)):
         return outcome
@@ -205,9 +205,11 @@ async def akeep_left(
             log.warning("could not read the thread of a cancelled run", exc_info=True)
             return outcome
         values: Mapping[str, Any] = snapshot.values if isinstance(snapshot.values, Mapping) else {}
-        if values.get("deadline_outcome") is not None:
-            return outcome
-        if not snapshot.next and not snapshot.interrupts:
+        written = values.get("deadline_outcome")
+        done = not snapshot.next and not snapshot.interrupts
+        if isinstance(written, Outcome) and (done or not written.ok):
+            return outcome  # it ended already (or the thread is an earlier run's, finished)
+        if done:
             outcome = final_outcome(run, values) or outcome
             update: dict[str, Any] = {"deadline_outcome": outcome.to_dict()}
         else:

@@ -359,7 +359,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             outcome is not None
             and self._lgd_settings.has_fields
             and isinstance(result, dict)
-            and result.get("deadline_outcome") is None
+            and _completed_or_none(result.get("deadline_outcome"))
         ):
             result = {**result, "deadline_outcome": outcome}
         return result, outcome
@@ -373,6 +373,12 @@ def _ran_out_at_the_end(run: RunTracker) -> bool:
     """True when a run that LangGraph finished ended early all the same: a step ran out at its
     very end, or a sub-agent or subgraph node wrote the outcome into the state."""
     return run.outcome is not None or ended_in_state(run.latest)
+
+
+def _completed_or_none(outcome: Any) -> bool:
+    """True for no outcome, or a `completed` one (a subgraph's, a remote graph's): the run's
+    own `completed` replaces it."""
+    return outcome is None or (isinstance(outcome, Outcome) and outcome.ok)
 
 
 def _fire_backstop(run: RunTracker, backstop: Cut) -> None:

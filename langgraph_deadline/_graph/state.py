@@ -62,12 +62,13 @@ def merge_deadline(current: float | None, update: Deadline | float | None) -> fl
 def merge_outcome(
     current: Outcome | None, update: Outcome | Mapping[str, Any] | None
 ) -> Outcome | None:
-    """Reducer for `deadline_outcome`: the first terminal that ended a run early is kept, and
-    replaces a `completed` (one a subgraph or sub-agent finished with); `None` clears it."""
+    """Reducer for `deadline_outcome`: the first terminal that ended a run early is kept; a
+    `completed` (one a subgraph or a remote graph finished with) is replaced by what comes
+    next; `None` clears it."""
     if update is None:
         return None
     new = update if isinstance(update, Outcome) else Outcome.from_dict(update)
-    return new if current is None or (current.ok and not new.ok) else current
+    return new if current is None or current.ok else current
 
 
 def merge_trace(

@@ -141,9 +141,25 @@ async def test_a_state_without_the_fields_gets_nothing_written_when_cancelled() 
     assert (await graph.aget_state(CFG)).values == {"log": ["first"]}
 
 
-def test_an_early_end_replaces_the_completed_a_subgraph_gave_and_not_the_reverse() -> None:
-    completed = Outcome(terminal=Terminal.COMPLETED)
+def test_a_completed_is_replaced_by_what_comes_next_and_an_early_end_is_kept() -> None:
+    completed = Outcome(terminal=Terminal.COMPLETED, elapsed_ms=1.0)
+    later = Outcome(terminal=Terminal.COMPLETED, elapsed_ms=2.0)
     out_of_time = Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step="slow")
     assert merge_outcome(completed, out_of_time) == out_of_time
+    assert merge_outcome(completed, later) == later
     assert merge_outcome(out_of_time, completed) == out_of_time
     assert merge_outcome(out_of_time, None) is None
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_node_passed_on_a_subgraphs_completed_ends_with_its_own() -> None:
+    child = Outcome(terminal=Terminal.COMPLETED, elapsed_ms=123456.0)
+
+    async def ask_child(s: Log) -> dict[str, Any]:  # what a RemoteGraph node's update holds
+        return {"log": ["child"], "deadline_outcome": child}
+
+    builder = StateGraph(Log).add_node("ask", ask_child).add_edge(START, "ask")
+    graph = with_deadlines(builder, timeout=5.0, checkpointer=InMemorySaver())
+    out = await graph.ainvoke({"log": []}, CFG)
+    assert out["deadline_outcome"].ok and out["deadline_outcome"] != child
+    assert (await graph.aget_state(CFG)).values["deadline_outcome"] == out["deadline_outcome"]
