@@ -34,6 +34,7 @@ __all__ = [
     "assemble",
     "final_state",
     "keep_completed",
+    "keep_left",
     "keep_records",
     "ended_in_state",
 ]
@@ -186,6 +187,37 @@ async def akeep_completed(
         await _awrite(graph, cfg, {"deadline_outcome": outcome.to_dict()})
 
 
+def _left(run: RunTracker, snapshot: Any, outcome: Outcome) -> tuple[Outcome, dict[str, Any]]:
+    """How a run its caller left ends, from its thread (`snapshot`), and the update that says
+    so (none when the thread ended already, or is an earlier run's that finished)."""
+    values: Mapping[str, Any] = snapshot.values if isinstance(snapshot.values, Mapping) else {}
+    written = values.get("deadline_outcome")
+    done = not snapshot.next and not snapshot.interrupts
+    if isinstance(written, Outcome) and (done or not written.ok):
+        return outcome, {}
+    if done:  # it had done all its work: the caller left after its last chunk
+        outcome = final_outcome(run, values) or outcome
+        return outcome, {"deadline_outcome": outcome.to_dict()}
+    update = {"deadline_outcome": outcome.to_dict(), "deadline": RUN_OVER}
+    return outcome, {**update, **_records_update(run, values)}
+
+
+def keep_left(
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome
+) -> Outcome:
+    """A sync stream its caller closed before its end: see `akeep_left`."""
+    if not (graph.deadline_settings.has_fields and saved(graph, cfg)):
+        return outcome
+    try:
+        snapshot = graph.get_state(_clean(cfg))
+    except Exception:
+        log.warning("could not read the thread of a cancelled run", exc_info=True)
+        return outcome
+    outcome, update = _left(run, snapshot, outcome)
+    _write(graph, cfg, update)
+    return outcome
+
+
 async def akeep_left(
     graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome
 ) -> Outcome:
@@ -204,17 +236,7 @@ async def akeep_left(
         except Exception:
             log.warning("could not read the thread of a cancelled run", exc_info=True)
             return outcome
-        values: Mapping[str, Any] = snapshot.values if isinstance(snapshot.values, Mapping) else {}
-        written = values.get("deadline_outcome")
-        done = not snapshot.next and not snapshot.interrupts
-        if isinstance(written, Outcome) and (done or not written.ok):
-            return outcome  # it ended already (or the thread is an earlier run's, finished)
-        if done:
-            outcome = final_outcome(run, values) or outcome
-            update: dict[str, Any] = {"deadline_outcome": outcome.to_dict()}
-        else:
-            update = {"deadline_outcome": outcome.to_dict(), "deadline": RUN_OVER}
-            update.update(_records_update(run, values))
+        outcome, update = _left(run, snapshot, outcome)
         await _awrite(graph, cfg, update)
     return outcome
 

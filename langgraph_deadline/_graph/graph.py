@@ -36,6 +36,7 @@ from .ends import (
     ended_in_state,
     final_state,
     keep_completed,
+    keep_left,
     keep_records,
 )
 from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
@@ -203,6 +204,10 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         except Exception as exc:
             emit_run_outcome(run, raised(exc))
             keep_records(self, run, cfg)
+            raise
+        except GeneratorExit as exc:  # the caller closed the stream before its end
+            left = raised(exc)
+            emit_run_outcome(run, left if prepared else keep_left(self, run, cfg, left))
             raise
         except BaseException as exc:
             emit_run_outcome(run, raised(exc))

@@ -94,6 +94,23 @@ def test_a_completed_sync_run_leaves_completed_in_its_thread() -> None:
     assert chunks[-1]["deadline_outcome"] == graph.get_state(CFG).values["deadline_outcome"]
 
 
+def test_a_sync_stream_closed_before_its_end_leaves_cancelled_in_its_thread() -> None:
+    def first(s: Log) -> dict[str, Any]:
+        return {"log": ["first"]}
+
+    def second(s: Log) -> dict[str, Any]:
+        return {"log": ["second"]}
+
+    builder = StateGraph(Log).add_sequence([first, second]).add_edge(START, "first")
+    graph = with_deadlines(builder, timeout=5.0, checkpointer=InMemorySaver())
+    stream = graph.stream({"log": []}, CFG, stream_mode="updates")
+    assert "first" in next(stream)
+    stream.close()  # type: ignore[attr-defined]
+    values = graph.get_state(CFG).values
+    assert values["deadline_outcome"].terminal is Terminal.CANCELLED
+    assert values["log"] == ["first"]
+
+
 @pytest.mark.anyio
 async def test_a_cancelled_ainvoke_leaves_cancelled_in_its_thread() -> None:
     graph = with_deadlines(_builder(Log, 10.0), timeout=30.0, checkpointer=InMemorySaver())
