@@ -10,7 +10,9 @@ import time
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
+from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_deadline import DeadlineState, Terminal, remaining, with_deadlines
@@ -120,3 +122,19 @@ async def test_a_delay_the_caller_asked_for_is_not_queue_time() -> None:
 def test_a_bad_queue_time_is_refused_naming_it(bad: Any) -> None:
     with pytest.raises((TypeError, ValueError), match="queue_time"):
         with_deadlines(_builder(Plain), queue_time=bad)
+
+
+@pytest.mark.anyio
+async def test_a_resume_takes_a_shorter_header_and_never_a_longer_one() -> None:
+    async def ask(s: Fields) -> dict[str, Any]:
+        interrupt("approve?")
+        return {"left": remaining()}
+
+    builder = StateGraph(Fields).add_node("ask", ask).add_edge(START, "ask")
+    graph = with_deadlines(builder, timeout=10.0, checkpointer=InMemorySaver())
+    await graph.ainvoke({}, _served())
+    out = await graph.ainvoke(Command(resume="ok"), _served(**{"x-request-timeout-ms": "1000"}))
+    assert 0.8 < out["left"] <= 1.0
+    await graph.ainvoke({}, _served())
+    out = await graph.ainvoke(Command(resume="ok"), _served(**{"x-request-timeout-ms": "60000"}))
+    assert 9.0 < out["left"] <= 10.0  # the thread's own deadline
