@@ -1,5 +1,5 @@
-"""What a run's input and stream say about it: a deadline given in the input, the latest full
-state seen in the stream (for a run that must end early), an interrupt."""
+"""What a run's input and stream say about it (a deadline given in the input, the latest full
+state seen in the stream, an interrupt), and the last chunks that tell how it ended."""
 
 from __future__ import annotations
 
@@ -9,10 +9,18 @@ from typing import Any
 from langgraph.types import Command, Overwrite
 
 from .._core.deadline import Deadline
+from .._core.records import Outcome
 from .._core.tracker import RunTracker
 from .state import deadline_from_state
 
-__all__ = ["NotedStream", "closing_chunks", "deadline_given", "note_chunk"]
+__all__ = [
+    "NotedStream",
+    "closing",
+    "closing_chunks",
+    "completed_chunks",
+    "deadline_given",
+    "note_chunk",
+]
 
 
 def deadline_given(input: Any) -> Deadline | None:
@@ -71,16 +79,24 @@ class NotedStream:
 
 
 def closing_chunks(
-    state: Mapping[str, Any], step: str | None, mode: Any, *, subgraphs: bool, version: str
+    state: Mapping[str, Any],
+    step: str | None,
+    mode: Any,
+    *,
+    subgraphs: bool,
+    version: str,
+    kinds: tuple[str, ...] = ("updates", "values"),
+    fields: tuple[str, ...] = ("deadline_outcome", "deadline_trace"),
 ) -> list[Any]:
     """The last chunks of a stream that ended early, in the caller's stream format: an update
-    from the step that ran out (its outcome, trace and reply) and the final values."""
+    from the step that ran out (its `fields`: outcome, trace) and the final values (of those
+    `kinds` that the caller's modes ask for)."""
     modes = [mode] if isinstance(mode, str) else list(mode)
-    update = {k: state[k] for k in ("deadline_outcome", "deadline_trace") if k in state}
+    update = {k: state[k] for k in fields if k in state}
     parts = []
-    if "updates" in modes:
+    if "updates" in modes and "updates" in kinds:
         parts.append(("updates", {step or "deadline": update}))
-    if "values" in modes:
+    if "values" in modes and "values" in kinds:
         parts.append(("values", dict(state)))
     chunks: list[Any] = []
     for kind, payload in parts:
@@ -91,3 +107,45 @@ def closing_chunks(
         else:
             chunks.append((kind, payload) if len(modes) > 1 else payload)
     return chunks
+
+
+def closing(
+    state: Any, run: RunTracker, mode: Any, kwargs: Mapping[str, Any], *, news: bool = False
+) -> list[Any]:
+    """The chunks that tell a stream's consumer how the run ended early (none when the stream
+    already said all of it: the step that ran out wrote its outcome itself; `news` when it
+    did not run at all). `kwargs` are the stream's (`subgraphs`, `version`)."""
+    run.final = state
+    if not (run.final_news or news) or not isinstance(state, Mapping):
+        return []
+    outcome = state.get("deadline_outcome")
+    step = outcome.step if isinstance(outcome, Outcome) else None
+    return closing_chunks(
+        state,
+        step,
+        mode,
+        subgraphs=bool(kwargs.get("subgraphs", False)),
+        version=str(kwargs.get("version", "v1")),
+    )
+
+
+def completed_chunks(
+    has_fields: bool,
+    outcome: Outcome | None,
+    run: RunTracker,
+    mode: Any,
+    kwargs: Mapping[str, Any],
+) -> list[Any]:
+    """The chunks that tell a stream's consumer its run completed (a state `has_fields`): the
+    outcome's update, and the last values with it, as the thread holds them."""
+    if not (has_fields and outcome is not None and outcome.ok):
+        return []
+    latest = run.latest if isinstance(run.latest, Mapping) else {}
+    return closing_chunks(
+        {**latest, "deadline_outcome": outcome},
+        None,
+        mode,
+        subgraphs=bool(kwargs.get("subgraphs", False)),
+        version=str(kwargs.get("version", "v1")),
+        fields=("deadline_outcome",),
+    )

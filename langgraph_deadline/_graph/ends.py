@@ -1,5 +1,5 @@
-"""Runs that end without LangGraph finishing them: a resume that comes after the deadline, a run
-drained because a step ran out, and a run the deadline cancelled as a whole (the backstop).
+"""Runs that end without LangGraph finishing them: a run drained because a step ran out, a run
+the deadline cancelled as a whole (the backstop), and a run its caller cancelled.
 
 One module because these ends share one way of reading the checkpoint and writing the outcome,
 the records and the answers to open tool calls back to it."""
@@ -10,8 +10,9 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
+import anyio
 from langchain_core.messages import RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphDrained
@@ -25,55 +26,41 @@ from .._core.tracker import RUN_KEY, RunTracker
 from .messages import answer_open_calls, ending_messages, is_ending, messages_of
 from .resume import akeep_deadline, keep_deadline, saved
 from .state import RUN_OVER
-from .terminal import emit_run_outcome, exceeded, outcome_from
+from .terminal import emit_run_outcome, exceeded, final_outcome, outcome_from
 
 if TYPE_CHECKING:
     from .graph import DeadlineRuns
 
 __all__ = [
+    "CANCEL_WRITE_S",
     "afinal_state",
     "agranted",
+    "akeep_completed",
+    "akeep_left",
     "akeep_records",
     "assemble",
     "final_state",
     "granted",
+    "keep_completed",
+    "keep_left",
     "keep_records",
-    "too_late",
-    "ended_in_state",
+    "ran_out_at_the_end",
 ]
 
 log = logging.getLogger("langgraph_deadline")
+
+CANCEL_WRITE_S: Final = 1.0
+"""How long a cancelled run may hold up its cancellation to write its outcome (a checkpointer
+write takes milliseconds; a stuck one must not keep a cancelled caller waiting)."""
 _PERSIST = "langgraph_deadline: write the outcome"
 
 
-def too_late(graph: DeadlineRuns, run: RunTracker, input: Any) -> Any:
-    """A new run whose deadline had passed before it started does not start: no node runs,
-    nothing is written (a checkpoint stays as it was). Returns what the caller gets (graphs
-    without deadline fields raise), or None to go on."""
-    d = run.deadline
-    if d is None or not d.expired:
-        return None
-    outcome = Outcome(
-        terminal=Terminal.DEADLINE_EXCEEDED,
-        reason="the run's deadline had passed before it started: nothing was run",
-        elapsed_ms=0.0,
-    )
-    run.outcome = outcome
-    emit_run_outcome(run, outcome)
-    state = (
-        {k: v for k, v in input.items() if k not in _FIELDS} if isinstance(input, Mapping) else {}
-    )
-    if not graph.deadline_settings.has_fields:
-        raise exceeded(outcome, d, state if graph.deadline_settings.has_state else None)
-    return {**state, "deadline": d.timestamp, "deadline_outcome": outcome, "deadline_trace": []}
-
-
-_FIELDS = frozenset({"deadline", "deadline_outcome", "deadline_trace"})
-
-
-def ended_in_state(values: Any) -> bool:
-    """True when a state says its run ended early (a sub-agent, or a node in a subgraph, wrote
-    the outcome) though no step of this graph ran out."""
+def ran_out_at_the_end(run: RunTracker) -> bool:
+    """True when a run that LangGraph finished ended early all the same: a step ran out at its
+    very end, or a sub-agent or a node in a subgraph wrote the outcome into the state."""
+    if run.outcome is not None:
+        return True
+    values = run.latest
     outcome = values.get("deadline_outcome") if isinstance(values, Mapping) else None
     return isinstance(outcome, Outcome) and outcome.terminal is not Terminal.COMPLETED
 
@@ -185,6 +172,86 @@ async def akeep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfi
         await _awrite(graph, cfg, _records_update(run, await _aread(graph, run, cfg)))
 
 
+def _completes(graph: DeadlineRuns, cfg: RunnableConfig, outcome: Outcome | None) -> bool:
+    return (
+        outcome is not None
+        and outcome.ok
+        and graph.deadline_settings.has_fields
+        and saved(graph, cfg)
+    )
+
+
+def keep_completed(graph: DeadlineRuns, cfg: RunnableConfig, outcome: Outcome | None) -> None:
+    """A run that finished (`outcome` completed): with the deadline fields, the outcome is
+    written to its checkpoint, which LangGraph's own end leaves without one, so that a thread
+    read later tells it from a run cancelled or out of time. (Not from the state's channel:
+    LangGraph tells channels a run ends also when `Send` tasks are still to come.)"""
+    if outcome is not None and _completes(graph, cfg, outcome):
+        _write(graph, cfg, {"deadline_outcome": outcome.to_dict()})
+
+
+async def akeep_completed(
+    graph: DeadlineRuns, cfg: RunnableConfig, outcome: Outcome | None
+) -> None:
+    """`keep_completed`, asynchronously."""
+    if outcome is not None and _completes(graph, cfg, outcome):
+        await _awrite(graph, cfg, {"deadline_outcome": outcome.to_dict()})
+
+
+def _left(run: RunTracker, snapshot: Any, outcome: Outcome) -> tuple[Outcome, dict[str, Any]]:
+    """How a run its caller left ends, from its thread (`snapshot`), and the update that says
+    so (none when the thread ended already, or is an earlier run's that finished)."""
+    values: Mapping[str, Any] = snapshot.values if isinstance(snapshot.values, Mapping) else {}
+    written = values.get("deadline_outcome")
+    done = not snapshot.next and not snapshot.interrupts
+    if isinstance(written, Outcome) and (done or not written.ok):
+        return outcome, {}
+    if done:  # it had done all its work: the caller left after its last chunk
+        outcome = final_outcome(run, values) or outcome
+        return outcome, {"deadline_outcome": outcome.to_dict()}
+    update = {"deadline_outcome": outcome.to_dict(), "deadline": RUN_OVER}
+    return outcome, {**update, **_records_update(run, values)}
+
+
+def keep_left(
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome
+) -> Outcome:
+    """A sync stream its caller closed before its end: see `akeep_left`."""
+    if not (graph.deadline_settings.has_fields and saved(graph, cfg)):
+        return outcome
+    try:
+        snapshot = graph.get_state(_clean(cfg))
+    except Exception:
+        log.warning("could not read the thread of a cancelled run", exc_info=True)
+        return outcome
+    outcome, update = _left(run, snapshot, outcome)
+    _write(graph, cfg, update)
+    return outcome
+
+
+async def akeep_left(
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome
+) -> Outcome:
+    """A run its caller left (a stop, LangGraph Server's `runs.cancel`, a client gone, a stream
+    closed): with the deadline fields, how it ended is written to its checkpoint, so that a
+    thread read later tells it from a run completed or out of time. Returns that outcome:
+    `outcome` (cancelled), with the records of the steps it cut; or `completed` when the thread
+    shows the run had done all its work (the caller left after its last chunk, before the
+    stream's end). A thread that ended already is left as it is. Shielded from the
+    cancellation for at most `CANCEL_WRITE_S`."""
+    if not (graph.deadline_settings.has_fields and saved(graph, cfg)):
+        return outcome
+    with anyio.move_on_after(CANCEL_WRITE_S, shield=True):
+        try:
+            snapshot = await graph.aget_state(_clean(cfg))
+        except Exception:
+            log.warning("could not read the thread of a cancelled run", exc_info=True)
+            return outcome
+        outcome, update = _left(run, snapshot, outcome)
+        await _awrite(graph, cfg, update)
+    return outcome
+
+
 def _missing(run: RunTracker, values: Mapping[str, Any]) -> list[StepRecord]:
     known = list(values.get("deadline_trace") or [])
     return [r for r in run.records if r not in known]
@@ -217,7 +284,7 @@ def assemble(
     The step that was cut is not marked done: a resume that grants more time runs it again."""
     values: Mapping[str, Any] = latest if isinstance(latest, Mapping) else {}
     written = values.get("deadline_outcome")
-    if isinstance(written, Outcome) and written.terminal is not Terminal.COMPLETED:
+    if isinstance(written, Outcome) and not written.ok:
         outcome = written
     else:
         outcome = run.outcome or outcome_from(run, why)
@@ -245,7 +312,7 @@ def assemble(
     if settings.has_fields:
         state["deadline_outcome"] = outcome
         state["deadline_trace"] = [*(values.get("deadline_trace") or []), *_missing(run, values)]
-        if written is None:
+        if written is None or written.ok:  # a `completed` a subgraph gave is replaced
             update["deadline_outcome"] = outcome.to_dict()
             update["deadline"] = RUN_OVER  # the next run's deadline replaces this one
         update.update(_records_update(run, values))

@@ -114,6 +114,7 @@ def wrap_entrypoint(
     default_cap: float | None,
     checkpointer: Any,
     store: Any,
+    queue_time: float | None = None,
 ) -> DeadlineEntrypoint:
     """`with_deadlines` for an entrypoint (checked options): its node budgeted as the entrypoint
     step (cap and `min_viable` under its own name; `default_cap` is the tasks'), its tasks by
@@ -138,6 +139,11 @@ def wrap_entrypoint(
     if store is not None:
         update["store"] = store
     settings = GraphSettings(
-        timeout=timeout, reserve=reserve, has_fields=False, closing_message=False, has_state=False
+        timeout=timeout,
+        reserve=reserve,
+        has_fields=False,
+        closing_message=False,
+        has_state=False,
+        queue_time=queue_time,
     )
     return DeadlineEntrypoint.of(graph.copy(update), settings)

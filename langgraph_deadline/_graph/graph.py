@@ -21,28 +21,33 @@ from langgraph.pregel import Pregel
 from langgraph.types import Command, Overwrite, StateUpdate
 
 from .._core.alarm import RunAlarm
-from .._core.context import current_deadline
 from .._core.cut import Cut
 from .._core.deadline import earliest
 from .._core.errors import DeadlineExceeded
 from .._core.plan import run_step_end
+from .._core.records import Outcome
 from .._core.tracker import RUN_KEY, RunTracker
-from .chunks import NotedStream, closing_chunks, deadline_given, note_chunk
+from .chunks import NotedStream, closing, completed_chunks, deadline_given, note_chunk
 from .ends import (
     afinal_state,
     agranted,
+    akeep_completed,
+    akeep_left,
     akeep_records,
-    ended_in_state,
     final_state,
     granted,
+    keep_completed,
+    keep_left,
     keep_records,
-    too_late,
+    ran_out_at_the_end,
 )
-from .inputs import ceiling, entry_input, plain_steps, sets_deadline
+from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
+from .late import alate_chunks, alate_result, late_chunks, late_result, too_late
 from .node import unwrapped
 from .resume import akeep_deadline, aresume, keep_deadline, resume, saved, thread_deadline
 from .retries import AsyncInRun, InRun, running
 from .seams import DRAIN_REASON, check_thread
+from .served import request_limit
 from .settings import GraphSettings
 from .state import fresh_run_update
 from .terminal import emit_run_outcome, final_outcome, raised, reraise_with_state
@@ -121,11 +126,12 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             return existing, input, cfg
         check_thread(self.checkpointer, cfg)
         settings = self._lgd_settings
-        limit = ceiling(settings.timeout)  # nothing the caller sends is later than this
+        # Nothing the caller sends is later than this (a served run's headers included).
+        limit = request_limit(cfg.get("configurable", {}), settings.timeout, settings.queue_time)
         input = entry_input(input, limit, fields=settings.has_fields)
-        given = None if _a_result(input) else deadline_given(input)
+        given = None if a_result(input) else deadline_given(input)
         if self._resuming(input):
-            d = earliest(given, current_deadline())  # and the thread's: see `resume`
+            d = earliest(given, limit)  # and the thread's: see `resume`
         else:
             d = earliest(given, limit)
             if settings.has_fields and isinstance(input, Mapping):
@@ -179,13 +185,15 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
     ) -> Iterator[Any]:
         prepared = self._prepared(config)
         run, input, cfg = self._start(input, config)
+        mode = kwargs.get("stream_mode", self.stream_mode)
         if not prepared and self._resuming(input):
-            if resume(self, run, cfg) is not None:
+            if (ended := resume(self, run, cfg)) is not None:
+                yield from closing(ended, run, mode, kwargs, news=True)
                 return
-        elif not prepared and too_late(self, run, input) is not None:
+        elif not prepared and (refused := too_late(self, run, input)) is not None:
+            yield from late_chunks(self, run, refused, input, cfg, **kwargs)
             return
         input = input if prepared else granted(self, cfg, input)
-        mode = kwargs.get("stream_mode", self.stream_mode)
         try:
             for chunk in InRun(run, super().stream(input, cfg, **kwargs)):
                 note_chunk(run, chunk, mode)
@@ -194,7 +202,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             if exc.reason != DRAIN_REASON:
                 emit_run_outcome(run, raised(exc))
                 raise
-            yield from self._closing(final_state(self, run, cfg, None), run, mode, kwargs)
+            yield from closing(final_state(self, run, cfg, None), run, mode, kwargs)
             return
         except DeadlineExceeded as exc:
             emit_run_outcome(run, exc.outcome)
@@ -204,15 +212,21 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             emit_run_outcome(run, raised(exc))
             keep_records(self, run, cfg)
             raise
+        except GeneratorExit as exc:  # the caller closed the stream before its end
+            left = raised(exc)
+            emit_run_outcome(run, left if prepared else keep_left(self, run, cfg, left))
+            raise
         except BaseException as exc:
             emit_run_outcome(run, raised(exc))
             raise
-        if _ran_out_at_the_end(run):
-            yield from self._closing(final_state(self, run, cfg, None), run, mode, kwargs)
+        if ran_out_at_the_end(run):
+            yield from closing(final_state(self, run, cfg, None), run, mode, kwargs)
             return
         keep_deadline(self, run, cfg)
         if not prepared:
-            emit_run_outcome(run, final_outcome(run, run.latest))
+            emit_run_outcome(run, done := final_outcome(run, run.latest))
+            keep_completed(self, cfg, done)
+            yield from completed_chunks(self._lgd_settings.has_fields, done, run, mode, kwargs)
 
     def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -230,13 +244,17 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         self, input: Any, config: RunnableConfig | None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         run, input, cfg = self._start(input, config)
+        mode = kwargs.get("stream_mode", self.stream_mode)
         if self._resuming(input):
-            if await aresume(self, run, cfg) is not None:
+            if (ended := await aresume(self, run, cfg)) is not None:
+                for chunk in closing(ended, run, mode, kwargs, news=True):
+                    yield chunk
                 return
-        elif too_late(self, run, input) is not None:
+        elif (refused := too_late(self, run, input)) is not None:
+            async for chunk in alate_chunks(self, run, refused, input, cfg, **kwargs):
+                yield chunk
             return
         input = await agranted(self, cfg, input)
-        mode = kwargs.get("stream_mode", self.stream_mode)
         try:
             stream = AsyncInRun(run, super().astream(input, cfg, **kwargs))
             async with contextlib.aclosing(stream) as inner:
@@ -246,16 +264,21 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         except BaseException as exc:
             if (state := await self._aended(run, cfg, exc)) is None:
                 raise
-            for chunk in self._closing(state, run, mode, kwargs):
+            for chunk in closing(state, run, mode, kwargs):
                 yield chunk
         else:
-            if _ran_out_at_the_end(run):
+            if ran_out_at_the_end(run):
                 state = await afinal_state(self, run, cfg, None)
-                for chunk in self._closing(state, run, mode, kwargs):
+                for chunk in closing(state, run, mode, kwargs):
                     yield chunk
             else:
                 await akeep_deadline(self, run, cfg)
-                emit_run_outcome(run, final_outcome(run, run.latest))
+                emit_run_outcome(run, done := final_outcome(run, run.latest))
+                await akeep_completed(self, cfg, done)
+                for chunk in completed_chunks(
+                    self._lgd_settings.has_fields, done, run, mode, kwargs
+                ):
+                    yield chunk
         finally:
             run.close_alarm()
 
@@ -278,29 +301,12 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             # wherever LangGraph runs them, instead of letting them go on to their deadline.
             run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
             if not run.backstop_fired:  # the backstop reports the run itself
-                emit_run_outcome(run, raised(exc))
+                emit_run_outcome(run, await akeep_left(self, run, cfg, raised(exc)))
             return None
         emit_run_outcome(run, raised(exc))
         if isinstance(exc, Exception):
             await akeep_records(self, run, cfg)
         return None
-
-    def _closing(
-        self, state: Any, run: RunTracker, mode: Any, kwargs: Mapping[str, Any]
-    ) -> list[Any]:
-        """The chunks that tell a stream's consumer how the run ended early (none when the
-        stream already said all of it: the step that ran out wrote its outcome itself)."""
-        run.final = state
-        if not run.final_news:
-            return []
-        step = run.outcome.step if run.outcome is not None else None
-        return closing_chunks(
-            state,
-            step,
-            mode,
-            subgraphs=bool(kwargs.get("subgraphs", False)),
-            version=str(kwargs.get("version", "v1")),
-        )
 
     # -- invoke -------------------------------------------------------------------------------
 
@@ -311,10 +317,12 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
-            return refused
+            return late_result(self, run, refused, input, cfg)
         input = granted(self, cfg, input)
         run.entry = self
-        return self._completed(super().invoke(input, cfg, **kwargs), run)
+        result, done = self._completed(super().invoke(input, cfg, **kwargs), run)
+        keep_completed(self, cfg, done)
+        return result
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Like `CompiledStateGraph.ainvoke`; also cancels the whole run at its deadline."""
@@ -324,7 +332,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
-            return refused
+            return await alate_result(self, run, refused, input, cfg)
         input = await agranted(self, cfg, input)
         run.entry = self
         loop = asyncio.get_running_loop()
@@ -342,18 +350,22 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                     if (state := await self._aended(run, cfg, exc)) is None:
                         raise
                     return state
-                if _ran_out_at_the_end(run):
+                if ran_out_at_the_end(run):
                     return await afinal_state(self, run, cfg, None)
         finally:
             run.close_alarm()
         if backstop.caught:
             return await afinal_state(self, run, cfg, _IN_FLIGHT)
         await akeep_deadline(self, run, cfg)
-        return self._completed(result, run)
+        result, done = self._completed(result, run)
+        await akeep_completed(self, cfg, done)
+        return result
 
-    def _completed(self, result: Any, run: RunTracker) -> Any:
+    def _completed(self, result: Any, run: RunTracker) -> tuple[Any, Outcome | None]:
+        """What `invoke` returns for a run LangGraph finished, and its outcome when the run
+        completed (None when it ended early or is paused: nothing more to write)."""
         if run.final is not None:  # ended early: the state its stream ended with
-            return run.final
+            return run.final, None
         if isinstance(result, dict) and "__interrupt__" in result:
             run.interrupted = True
         outcome = final_outcome(run, result)
@@ -362,29 +374,23 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             outcome is not None
             and self._lgd_settings.has_fields
             and isinstance(result, dict)
-            and result.get("deadline_outcome") is None
+            and _completed_or_none(result.get("deadline_outcome"))
         ):
             result = {**result, "deadline_outcome": outcome}
-        return result
+        return result, outcome
 
 
 class DeadlineGraph(DeadlineRuns, CompiledStateGraph[Any, Any, Any, Any]):
     """A compiled graph whose runs each carry one deadline. Made by `with_deadlines`."""
 
 
-def _ran_out_at_the_end(run: RunTracker) -> bool:
-    """True when a run that LangGraph finished ended early all the same: a step ran out at its
-    very end, or a sub-agent or subgraph node wrote the outcome into the state."""
-    return run.outcome is not None or ended_in_state(run.latest)
+def _completed_or_none(outcome: Any) -> bool:
+    """True for no outcome, or a `completed` one (a subgraph's, a remote graph's): the run's
+    own `completed` replaces it."""
+    return outcome is None or (isinstance(outcome, Outcome) and outcome.ok)
 
 
 def _fire_backstop(run: RunTracker, backstop: Cut) -> None:
     """The run's deadline passed: close the steps still in flight, then cancel the run."""
     run.fire_backstop()
     backstop.cancel()
-
-
-def _a_result(input: Any) -> bool:
-    """True for an input that is a finished run's result (`state = graph.invoke(state)`): its
-    `deadline` is that run's, spent, and not the new run's."""
-    return isinstance(input, Mapping) and input.get("deadline_outcome") is not None

@@ -21,13 +21,22 @@ from .._core.deadline import Deadline, earliest
 from .._core.validate import check_timestamp
 from .forms import DeadlineDataclass, DeadlineModel
 
-__all__ = ["as_update", "ceiling", "entry_input", "plain_input", "plain_steps", "sets_deadline"]
+__all__ = [
+    "a_result",
+    "as_update",
+    "ceiling",
+    "entry_input",
+    "plain_input",
+    "plain_steps",
+    "sets_deadline",
+]
 
 
-def ceiling(timeout: float | None) -> Deadline | None:
+def ceiling(timeout: float | None, *, queued: float = 0.0) -> Deadline | None:
     """The latest deadline anything entering a run now may set: `timeout` (checked by
-    `with_deadlines`) from now, and no later than the deadline in context; None for no limit."""
-    limit = None if timeout is None else Deadline._after(timeout, SYSTEM_CLOCK)
+    `with_deadlines`) from now (less the `queued` seconds the run waited since its request
+    arrived), and no later than the deadline in context; None for no limit."""
+    limit = None if timeout is None else Deadline._after(max(timeout - queued, 0.0), SYSTEM_CLOCK)
     return earliest(limit, current_deadline())
 
 
@@ -152,3 +161,9 @@ def plain_steps(
         ]
         for step in supersteps
     ]
+
+
+def a_result(input: Any) -> bool:
+    """True for an input that is a finished run's result (`state = graph.invoke(state)`): its
+    `deadline` is that run's, spent, and not the new run's."""
+    return isinstance(input, Mapping) and input.get("deadline_outcome") is not None

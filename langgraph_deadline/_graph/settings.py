@@ -28,11 +28,13 @@ class NodeSettings:
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class GraphSettings:
     """A `with_deadlines` graph's run options; `has_fields` when its state has the deadline
-        fields (the outcome is returned in state, not raised); `closing_message` adds a short reply
-        to a messages state that ran out of time (with a `reserve`, the time to give it), starting
-    with what a node cut mid-answer had streamed when `partial_answer`;
-        `has_state` False for an entrypoint (Functional API), whose runs return a value: one that
-        ends early raises `DeadlineExceeded` with `.state` None, and no state is read for it."""
+    fields (the outcome is returned in state, not raised); `closing_message` adds a short reply
+    to a messages state that ran out of time (with a `reserve`, the time to give it), starting
+    with what a node cut mid-answer had streamed when `partial_answer`; `has_state` False for an
+    entrypoint (Functional API), whose runs return a value: one that ends early raises
+    `DeadlineExceeded` with `.state` None, and no state is read for it; `queue_time`, for a
+    graph LangGraph Server runs, the most queue time taken from a run's budget (None: the budget
+    counts from when the run starts; see `_graph/served.py`)."""
 
     timeout: float | None = None
     reserve: float = 0.0
@@ -40,3 +42,4 @@ class GraphSettings:
     closing_message: bool = True
     partial_answer: bool = True
     has_state: bool = True
+    queue_time: float | None = None

@@ -3,6 +3,9 @@
 Each field has its own channel so that checkpoints hold plain data (floats, dicts, lists): they
 load under `LANGGRAPH_STRICT_MSGPACK=true` and without LangGraph's "unregistered type" warning,
 and they travel as JSON to `RemoteGraph` and LangGraph Server. In memory the fields are typed.
+
+One module because each field's reducer, channel and declaration are one contract (what a write
+does, what the checkpoint holds): split, a change to one could silently disagree with another.
 """
 
 from __future__ import annotations
@@ -59,11 +62,13 @@ def merge_deadline(current: float | None, update: Deadline | float | None) -> fl
 def merge_outcome(
     current: Outcome | None, update: Outcome | Mapping[str, Any] | None
 ) -> Outcome | None:
-    """Reducer for `deadline_outcome`: the first terminal of a run is kept; `None` clears it."""
+    """Reducer for `deadline_outcome`: the first terminal that ended a run early is kept; a
+    `completed` (one a subgraph or a remote graph finished with) is replaced by what comes
+    next; `None` clears it."""
     if update is None:
         return None
     new = update if isinstance(update, Outcome) else Outcome.from_dict(update)
-    return new if current is None else current
+    return new if current is None or current.ok else current
 
 
 def merge_trace(
@@ -207,7 +212,8 @@ class DeadlineState(TypedDict, total=False):
       deadline in its input (a `Deadline` or epoch seconds): within the run, and on resume,
       earliest wins, so updates can only bring it forward; once the run finished, the next
       run's deadline replaces it. `deadline_input` replaces it explicitly (within `timeout`).
-    - `deadline_outcome`: the run's `Outcome`, once it has one. The first terminal is kept.
+    - `deadline_outcome`: the run's `Outcome`, once it has one (`with_deadlines` writes
+      `completed` at the end of a run that finished). The first early end is kept.
     - `deadline_trace`: the `StepRecord` of every budgeted step, appended (a node that nothing
       bounded, in a run with no deadline, adds one only when it does not complete).
 

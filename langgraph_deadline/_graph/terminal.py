@@ -40,11 +40,13 @@ def exceeded(outcome: Outcome, deadline: Deadline | None, state: Any) -> Deadlin
 
 
 def final_outcome(run: RunTracker, state: Any) -> Outcome | None:
-    """The outcome of a run that returned normally: the one in its state, else completed
-    (None while it is paused on an interrupt)."""
+    """The outcome of a run that returned normally: the early end in its state (a sub-agent's,
+    a subgraph's), else completed, in this run's time (None while it is paused on an
+    interrupt)."""
     if isinstance(state, Mapping) and isinstance(state.get("deadline_outcome"), Outcome):
         found: Outcome = state["deadline_outcome"]
-        return found
+        if not found.ok:
+            return found
     if run.outcome is not None:
         return run.outcome
     if run.interrupted:

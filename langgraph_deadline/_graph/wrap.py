@@ -46,6 +46,7 @@ def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a P
     store: Any = None,
     closing_message: bool = True,
     partial_answer: bool = True,
+    queue_time: float | None = None,
 ) -> DeadlineGraph: ...
 
 
@@ -62,6 +63,7 @@ def with_deadlines(
     store: Any = None,
     closing_message: bool = True,
     partial_answer: bool = True,
+    queue_time: float | None = None,
 ) -> DeadlineEntrypoint: ...
 
 
@@ -77,6 +79,7 @@ def with_deadlines(
     store: Any = None,
     closing_message: bool = True,
     partial_answer: bool = True,
+    queue_time: float | None = None,
 ) -> DeadlineGraph | DeadlineEntrypoint:
     """Compile `graph` (a `StateGraph` builder, a compiled graph or an `@entrypoint`, left
     untouched) with every node budgeted and one deadline per run.
@@ -92,7 +95,8 @@ def with_deadlines(
 
     How the caller learns the terminal:
     - state with `DeadlineState` fields: the returned state's `deadline_outcome`
-      (`COMPLETED` when the run finished; when it ended early, the checkpoint has it too);
+      (`COMPLETED` when the run finished, `CANCELLED` when its caller cancelled it; a
+      checkpointed thread holds it too);
     - state without them: `DeadlineExceeded` is raised, with `.outcome` and the partial `.state`.
     Recursion limits, failures and cancellation raise as LangGraph raises them (`terminal_of`).
 
@@ -106,6 +110,14 @@ def with_deadlines(
 
     `caps` and `min_viable` take learned values too (`learned(book, ...)`: a cap from what the
     node really takes, never above yours or `default_cap`; docs/howto/learned-budgets.md).
+
+    Served by LangGraph Server, a run also honours the deadline headers of its request, which
+    the server puts in `config["configurable"]` (`x-request-timeout-ms`, `x-request-deadline`,
+    `grpc-timeout`; with `configurable_headers` in `langgraph.json`), never later than `timeout`.
+    `queue_time` (seconds, opt-in) counts `timeout` and a relative header from when the server
+    received the request rather than from when a worker picked the run up: up to `queue_time`
+    seconds of waiting in the queue are taken from the run's budget
+    (docs/howto/across-services.md, "Deploy on LangGraph Server").
 
     An `@entrypoint` (Functional API) gives a `DeadlineEntrypoint`: the entrypoint and each
     `@task` call are steps, `caps` and `min_viable` by task name (or the entrypoint's),
@@ -128,6 +140,7 @@ def with_deadlines(
         raise TypeError(f"partial_answer must be a bool, got {partial_answer!r}")
     timeout_s = check_cap(timeout, "timeout")
     reserve_s = check_seconds(reserve, "reserve")
+    queue_s = check_cap(queue_time, "queue_time")
     default_cap_s = check_cap(default_cap, "default_cap")
     caps = dict(check_mapping(caps, "caps"))
     mins = dict(check_mapping(min_viable, "min_viable"))
@@ -141,6 +154,7 @@ def with_deadlines(
             default_cap=default_cap_s,
             checkpointer=checkpointer,
             store=store,
+            queue_time=queue_s,
         )
 
     compile_kwargs: dict[str, Any] = {}
@@ -219,6 +233,7 @@ def with_deadlines(
         has_fields=has_fields,
         closing_message=closing_message,
         partial_answer=partial_answer,
+        queue_time=queue_s,
     )
     ours = DeadlineGraph.of(compiled, settings)
     if isinstance(graph, CompiledStateGraph) and graph.config:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -24,6 +25,8 @@ __all__ = [
     "default_namespace",
     "store_label",
 ]
+
+log = logging.getLogger("langgraph_deadline")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -152,9 +155,14 @@ class StoreStaleCache:
     survives restarts when the store does. Items live under `prefix + (store_label(namespace),)`:
     any namespace works, an e-mail address included.
 
+    `store=None` uses the store of the graph run the tool is called in (LangGraph's
+    `get_store()`), looked up at each call: on LangGraph Server, the server's own store, which a
+    graph is handed only when it runs. A run without a store caches nothing and is served
+    nothing (logged once).
+
     Raises:
-        TypeError, ValueError: `store` not a `BaseStore`; `prefix` not a tuple of labels (a
-            string is refused: it would be read letter by letter); a bad `ttl`.
+        TypeError, ValueError: `store` neither a `BaseStore` nor None; `prefix` not a tuple of
+            labels (a string is refused: it would be read letter by letter); a bad `ttl`.
     """
 
     def __init__(
@@ -166,16 +174,38 @@ class StoreStaleCache:
     ) -> None:
         from langgraph.store.base import BaseStore
 
-        if not isinstance(store, BaseStore):
-            raise TypeError(f"store must be a langgraph BaseStore, got {type(store).__name__}")
+        if store is not None and not isinstance(store, BaseStore):
+            raise TypeError(
+                f"store must be a langgraph BaseStore, or None for the running graph's, "
+                f"got {type(store).__name__}"
+            )
         self.store = store
         self.ttl = check_cap(ttl, "ttl")
         self.prefix = _check_prefix(prefix)
+        self._said_storeless = False
 
     def _ns(self, namespace: str) -> tuple[str, ...]:
         if not isinstance(namespace, str):
             raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
         return (*self.prefix, store_label(namespace))
+
+    def _store(self) -> Any:
+        """The store to use now: the one given, else the running graph's (None: there is none)."""
+        if self.store is not None:
+            return self.store
+        from langgraph.config import get_store
+
+        try:
+            found = get_store()
+        except RuntimeError:  # called outside a graph run
+            found = None
+        if found is None and not self._said_storeless:
+            self._said_storeless = True
+            log.warning(
+                "StoreStaleCache(None) found no store in the running graph: nothing is cached "
+                "(compile the graph with a store; LangGraph Server gives its own)"
+            )
+        return found
 
     def _hit(self, item: Any) -> CachedResult | None:
         if item is None:
@@ -186,18 +216,22 @@ class StoreStaleCache:
         return hit
 
     def get(self, namespace: str, key: str) -> CachedResult | None:
-        return self._hit(self.store.get(self._ns(namespace), key))
+        store = self._store()
+        return None if store is None else self._hit(store.get(self._ns(namespace), key))
 
     def put(self, namespace: str, key: str, content: Any) -> None:
-        value = {"content": content, "stored_at": time.time()}
-        self.store.put(self._ns(namespace), key, value, index=False)
+        if (store := self._store()) is not None:
+            value = {"content": content, "stored_at": time.time()}
+            store.put(self._ns(namespace), key, value, index=False)
 
     async def aget(self, namespace: str, key: str) -> CachedResult | None:
-        return self._hit(await self.store.aget(self._ns(namespace), key))
+        store = self._store()
+        return None if store is None else self._hit(await store.aget(self._ns(namespace), key))
 
     async def aput(self, namespace: str, key: str, content: Any) -> None:
-        value = {"content": content, "stored_at": time.time()}
-        await self.store.aput(self._ns(namespace), key, value, index=False)
+        if (store := self._store()) is not None:
+            value = {"content": content, "stored_at": time.time()}
+            await store.aput(self._ns(namespace), key, value, index=False)
 
 
 def _check_prefix(prefix: object) -> tuple[str, ...]:

@@ -33,9 +33,7 @@ def _graph(state: Any, ran: list[str]) -> StateGraph[Any, Any, Any, Any]:
 
 
 @pytest.mark.anyio
-async def test_a_run_whose_deadline_passed_before_it_started_runs_nothing_and_writes_nothing() -> (
-    None
-):
+async def test_a_run_whose_deadline_passed_before_it_started_runs_nothing_ends_in_thread() -> None:
     ran: list[str] = []
     saver = InMemorySaver()
     graph = with_deadlines(_graph(Log, ran), checkpointer=saver)
@@ -46,9 +44,14 @@ async def test_a_run_whose_deadline_passed_before_it_started_runs_nothing_and_wr
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     assert "before it started" in out["deadline_outcome"].reason
     assert out["log"] == ["asked"] and out["deadline_trace"] == []
-    assert (await graph.aget_state(cfg)).values == {}  # the checkpoint was not touched
+    # The thread says how the run ended, its input applied and its first node pending (a grant
+    # of time runs it); tests/graph/test_late_start.py checks every entry point.
+    snapshot = await graph.aget_state(cfg)
+    assert snapshot.values == out and snapshot.next == ("step",)
     assert graph.invoke({"log": [], "deadline": past}, cfg)["deadline_outcome"].step is None
-    assert [c async for c in graph.astream({"log": [], "deadline": past}, cfg)] == []
+    chunks = [c async for c in graph.astream({"log": [], "deadline": past}, cfg)]
+    assert [set(c) for c in chunks] == [{"deadline"}]  # the default mode, updates: the outcome
+    assert ran == []
     with pytest.raises(ValueError, match="thread_id"):  # LangGraph's own error, as unwrapped
         graph.invoke({"log": [], "deadline": past})
 

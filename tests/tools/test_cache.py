@@ -126,3 +126,43 @@ def test_the_in_memory_cache_keeps_any_namespace_apart() -> None:
     for uid in IDS:
         cache.put(f"user:{uid}", "k", uid)
     assert [cache.get(f"user:{uid}", "k").content for uid in IDS] == IDS  # type: ignore[union-attr]
+
+
+def _caching_graph(cache: StoreStaleCache, store: BaseStore | None) -> Any:
+    from langgraph.graph import START, StateGraph
+    from typing_extensions import TypedDict
+
+    class S(TypedDict, total=False):
+        seen: str | None
+
+    async def node(state: S) -> dict[str, Any]:
+        await cache.aput("user:alice", "k", "cached")
+        hit = await cache.aget("user:alice", "k")
+        return {"seen": None if hit is None else hit.content}
+
+    b = StateGraph(S)
+    b.add_node("node", node)
+    b.add_edge(START, "node")
+    return b.compile(store=store)
+
+
+@pytest.mark.anyio
+async def test_a_store_cache_without_a_store_uses_the_running_graphs_own() -> None:
+    store = InMemoryStore()
+    cache = StoreStaleCache(None)
+    out = await _caching_graph(cache, store).ainvoke({})
+    assert out["seen"] == "cached"
+    (item,) = store.search(("langgraph_deadline", "stale", "user:alice"))
+    assert item.key == "k" and item.value["content"] == "cached"
+
+
+@pytest.mark.anyio
+async def test_a_store_cache_in_a_run_without_a_store_caches_nothing_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cache = StoreStaleCache(None)
+    with caplog.at_level("WARNING", logger="langgraph_deadline"):
+        assert (await _caching_graph(cache, None).ainvoke({}))["seen"] is None
+        cache.put("user:alice", "k", "outside any run")
+        assert cache.get("user:alice", "k") is None
+    assert caplog.text.count("found no store") == 1

@@ -3,15 +3,8 @@ deadline goes along in the input's `deadline` field and in the request headers."
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,17 +17,11 @@ from langgraph_deadline import DeadlineState, StepStatus, Terminal, with_deadlin
 from langgraph_deadline.http import deadline_hooks
 from langgraph_deadline.testing import SlowServer
 
-ROOT = Path(__file__).resolve().parents[2]
+from .langgraph_dev import ROOT, langgraph_dev
+
 CONFIG = ROOT / "examples" / "across_services" / "langgraph.json"
 SERVER_RESERVE = 0.2  # examples.across_services.retriever.make_graph
 LATE = 0.4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -46,51 +33,9 @@ def search() -> Iterator[SlowServer]:
 @pytest.fixture(scope="module")
 def dev_server(search: SlowServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`langgraph dev` on a free loopback port, serving the retriever graph of the example."""
-    cli = Path(sys.executable).with_name("langgraph")
     workdir = tmp_path_factory.mktemp("langgraph-dev")  # it writes .langgraph_api/ here
-    port = _free_port()
-    env = {
-        **os.environ,
-        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
-        "LANGGRAPH_NO_VERSION_CHECK": "true",
-        "LANGSMITH_TRACING": "false",
-        "PYTHONPATH": str(ROOT),
-        "SEARCH_URL": search.url("/slow?delay=10"),
-    }
-    log = (workdir / "server.log").open("wb")
-    command = [str(cli), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--config", str(CONFIG)]
-    proc = subprocess.Popen(
-        command,
-        cwd=workdir,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        end = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/ok", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > end:
-                tail = (workdir / "server.log").read_text(errors="replace")[-3000:]
-                pytest.fail(f"langgraph dev did not start on port {port}:\n{tail}")
-            time.sleep(0.2)
+    with langgraph_dev(CONFIG, workdir, {"SEARCH_URL": search.url("/slow?delay=10")}) as url:
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-        log.close()
 
 
 class State(DeadlineState, total=False):
