@@ -14,6 +14,10 @@ LOWEST_STAMP := $(LOWEST)/.installed
 LOWEST_TEST  := pytest pytest-timeout hypothesis langchain langchain-openai starlette uvicorn \
 	langgraph-checkpoint-sqlite langgraph-checkpoint-postgres 'psycopg[binary]'
 
+# The package alone, no extra: what needs an extra must say which (tests/test_extras.py).
+BARE         := .venv-bare
+BARE_STAMP   := $(BARE)/.installed
+
 # LangGraph's own test suite (from its sdist) with the test tools it needs, in its own venv.
 SUITE        := .venv-suite
 SUITE_STAMP  := $(SUITE)/.installed
@@ -21,7 +25,7 @@ SUITE_TEST   := pytest pytest-mock pytest-timeout syrupy 'pytest-xdist[psutil]' 
 	pytest-dotenv redis pycryptodome xxhash requests uvloop langgraph-sdk langgraph-prebuilt \
 	langgraph-checkpoint-sqlite langgraph-checkpoint-postgres 'psycopg[binary]' psycopg-pool
 
-.PHONY: demo test test-lowest suite lint docs bench clean
+.PHONY: demo test test-lowest test-bare suite lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +56,17 @@ test-lowest: $(LOWEST_STAMP)
 	$(LOWEST)/bin/python -m pip freeze | grep -iE '^(langgraph|langchain-core|anyio|httpx|typing.extensions)=='
 	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -o addopts="-ra --strict-markers" tests/core tests/graph
 
+$(BARE_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(BARE)
+	$(BARE)/bin/python -m pip install --quiet --upgrade pip
+	$(BARE)/bin/python -m pip install --quiet -e . pytest
+	touch $(BARE_STAMP)
+
+# After `pip install langgraph-deadline` (no extras): the demo, the agents module, the
+# observers each name the extra they need instead of a bare ModuleNotFoundError.
+test-bare: $(BARE_STAMP)
+	$(BARE)/bin/python -m pytest -q -p no:cacheprovider --noconftest -o addopts="" tests/test_extras.py
+
 $(SUITE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(SUITE)
 	$(SUITE)/bin/python -m pip install --quiet --upgrade pip
@@ -75,4 +90,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(LOWEST) $(SUITE) .suite .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) $(LOWEST) $(BARE) $(SUITE) .suite .pytest_cache .mypy_cache .ruff_cache .hypothesis
