@@ -49,8 +49,8 @@ class RunTracker:
     final_news: bool = False  # that state says more than the stream did
     keep_partial: bool = False  # a node cut mid-answer keeps the text it had streamed ...
     partial: str = ""  # ... here, for the closing reply
-    owed: list[Any] = dataclasses.field(default_factory=list)  # answers (ToolMessages) a cut
-    # step owes the tool calls it was running, written with the outcome
+    owed: tuple[Any, ...] = ()  # answers (ToolMessages) a cut step owes the tool calls it was
+    # running, written with the outcome (a tuple: most runs owe none, and keep no list for it)
     # The instant the run's nodes end at (its deadline less reserve and hand-off, for the
     # deadline it was computed from), and the one timer for it (`alarm.py`).
     step_end: tuple[Deadline, Deadline] | None = None

@@ -98,7 +98,7 @@ def ended(
     calls = open_tool_calls(state)
     if run is not None and run.resumable:
         if calls:
-            run.owed.extend(close_pending(calls, rec, finished))
+            run.owed = (*run.owed, *close_pending(calls, rec, finished))
         raise GraphDrained(DRAIN_REASON) from err
     drain()
     update: dict[str, Any] = {}

@@ -45,7 +45,7 @@ from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
 from .late import alate_chunks, alate_result, late_chunks, late_result, too_late
 from .node import unwrapped
 from .resume import akeep_deadline, aresume, keep_deadline, resume, saved, thread_deadline
-from .retries import AsyncInRun, InRun, running
+from .retries import ain_run, enter_run, in_run, leave_run
 from .seams import DRAIN_REASON, check_thread
 from .served import request_limit
 from .settings import GraphSettings
@@ -195,7 +195,8 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             return
         input = input if prepared else granted(self, cfg, input)
         try:
-            for chunk in InRun(run, super().stream(input, cfg, **kwargs)):
+            guarded = self._lgd_settings.guarded_retries
+            for chunk in in_run(run, super().stream(input, cfg, **kwargs), guarded=guarded):
                 note_chunk(run, chunk, mode)
                 yield chunk
         except GraphDrained as exc:
@@ -256,7 +257,8 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             return
         input = await agranted(self, cfg, input)
         try:
-            stream = AsyncInRun(run, super().astream(input, cfg, **kwargs))
+            guarded = self._lgd_settings.guarded_retries
+            stream = ain_run(run, super().astream(input, cfg, **kwargs), guarded=guarded)
             async with contextlib.aclosing(stream) as inner:
                 async for chunk in inner:
                     note_chunk(run, chunk, mode)
@@ -342,8 +344,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if run.deadline is not None:  # one timer: the nodes' end, then the backstop
             then = (run.deadline, _fire_backstop, run, backstop)
             run.alarm = RunAlarm(loop, run_step_end(run), run.signal, then)
+        token = enter_run(run) if self._lgd_settings.guarded_retries else None
         try:
-            with backstop, running(run):
+            with backstop:
                 try:
                     result = await super().ainvoke(input, cfg, **kwargs)
                 except BaseException as exc:
@@ -353,6 +356,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                 if ran_out_at_the_end(run):
                     return await afinal_state(self, run, cfg, None)
         finally:
+            leave_run(token)
             run.close_alarm()
         if backstop.caught:
             return await afinal_state(self, run, cfg, _IN_FLIGHT)

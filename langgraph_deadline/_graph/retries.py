@@ -13,11 +13,10 @@ copies of that context.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any, Final, Generic, TypeVar
 
 from langgraph.errors import GraphDrained
@@ -32,10 +31,13 @@ __all__ = [
     "AsyncInRun",
     "InRun",
     "RetryGuard",
+    "ain_run",
+    "enter_run",
     "guard_retries",
+    "in_run",
+    "leave_run",
     "policies",
     "retries_on",
-    "running",
     "would_not_fit",
 ]
 
@@ -152,27 +154,44 @@ def _failed_attempts(run: RunTracker, error: Exception, name: str) -> int:
     return count
 
 
-def guard_retries(compiled: Any, min_viable: Mapping[str, float]) -> None:
+def guard_retries(compiled: Any, min_viable: Mapping[str, float]) -> bool:
     """Give every retry policy of the graph `with_deadlines` just compiled (the nodes' own and
-    the builder's defaults, which LangGraph applies when compiling) a `RetryGuard`."""
+    the builder's defaults, which LangGraph applies when compiling) a `RetryGuard`. True when
+    the graph has one: only then do its runs put themselves in context for the guards."""
+    guarded = False
     for name, node in compiled.nodes.items():
         found = policies(getattr(node, "retry_policy", None))
         if found and not any(isinstance(p.retry_on, RetryGuard) for p in found):
             need = min_viable.get(name, 0.0)
             node.retry_policy = tuple(p._replace(retry_on=RetryGuard(p, name, need)) for p in found)
+        guarded = guarded or bool(found)
+    return guarded
 
 
 # -- the run, in the context LangGraph starts its tasks from -----------------------------------
 
 
-@contextlib.contextmanager
-def running(run: RunTracker) -> Iterator[None]:
-    """The block runs LangGraph's loop for `run` (`ainvoke`, `invoke`)."""
-    token = _RUN.set(run)
-    try:
-        yield
-    finally:
+def enter_run(run: RunTracker) -> Token[RunTracker | None]:
+    """`run` is the run LangGraph's loop runs from here (`ainvoke`, `invoke`): a token to leave
+    it with (`leave_run`). Not a context manager: it is one object less alive per run."""
+    return _RUN.set(run)
+
+
+def leave_run(token: Token[RunTracker | None] | None) -> None:
+    """Leave the run `enter_run` entered (None: none was)."""
+    if token is not None:
         _RUN.reset(token)
+
+
+def in_run(run: RunTracker, stream: Iterator[T], *, guarded: bool) -> Iterator[T]:
+    """`stream`, each of its steps run with `run` in context when the graph has retry guards
+    (`guarded`); else `stream` itself (no object more per run)."""
+    return InRun(run, stream) if guarded else stream
+
+
+def ain_run(run: RunTracker, stream: Any, *, guarded: bool) -> Any:
+    """`in_run` for an async stream (closed as it is: `aclose`)."""
+    return AsyncInRun(run, stream) if guarded else stream
 
 
 class InRun(Generic[T]):

@@ -43,3 +43,4 @@ class GraphSettings:
     partial_answer: bool = True
     has_state: bool = True
     queue_time: float | None = None
+    guarded_retries: bool = False  # a node has a RetryPolicy: runs put themselves in context

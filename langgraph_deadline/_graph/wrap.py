@@ -225,7 +225,7 @@ def with_deadlines(
     wrapped._node_defaults = defaults_to_compile(builder)
     compiled = wrapped.compile(**compile_kwargs)
     floors = {node: floor_of(need) for node, need in mins.items()}
-    guard_retries(compiled, floors)  # the builder's default policies are applied by now
+    guarded = guard_retries(compiled, floors)  # the builder's default policies are applied by now
     has_fields = {"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels)
     settings = GraphSettings(
         timeout=timeout_s,
@@ -234,6 +234,7 @@ def with_deadlines(
         closing_message=closing_message,
         partial_answer=partial_answer,
         queue_time=queue_s,
+        guarded_retries=guarded,
     )
     ours = DeadlineGraph.of(compiled, settings)
     if isinstance(graph, CompiledStateGraph) and graph.config:
