@@ -32,6 +32,7 @@ from .._learn.book import LatencyBook
 
 __all__ = [
     "METADATA_KEY",
+    "MIN_SAMPLES",
     "Choice",
     "Fallbacks",
     "Pick",
@@ -43,6 +44,9 @@ __all__ = [
     "pick",
     "why_next",
 ]
+
+MIN_SAMPLES: Final = 20
+"""Samples of a model's steps a book needs before its answer time is trusted to pass it over."""
 
 METADATA_KEY: Final = "langgraph_deadline"
 """The key of a fallback answer's `response_metadata` entry."""
@@ -106,6 +110,7 @@ def fallbacks_of(
     min_samples: object,
     book_label: str = "book",
     quantile_label: str = "quantile",
+    chat_models: bool = False,
 ) -> Fallbacks | None:
     """`models` checked as a chain of fallbacks (None: no fallback), every mistake refused here,
     naming the argument: not a list, an empty list, a non-model, two models of one name (or of
@@ -113,6 +118,8 @@ def fallbacks_of(
 
     A chat model is called by its model id, with no cap or min_viable of its own (the deadline
     bounds it); one made with `budgeted_model(model, name=, cap=, min_viable=)` brings its own.
+    With `chat_models`, each must wrap a chat model itself (no tools bound: an agent binds its
+    own).
     """
     from .model import BudgetedModel  # the wrapper that carries a model's own limits
 
@@ -134,7 +141,9 @@ def fallbacks_of(
     chain: list[Choice] = []
     names = {taken}
     for i, model in enumerate(models):
-        if isinstance(model, BudgetedModel):
+        if isinstance(model, BudgetedModel) and not (
+            chat_models and not isinstance(model.model, BaseChatModel)
+        ):
             choice = Choice(model.step_name, model.model, model.cap, model.min_viable)
         elif isinstance(model, BaseChatModel):
             choice = Choice(model_id(model), model)

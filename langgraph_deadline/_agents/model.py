@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import Any, Final, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import anyio
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -34,6 +34,7 @@ from .._graph.seams import PASSTHROUGH
 from .._graph.streams import stop_stream_config
 from .._learn.book import LatencyBook
 from .fallback import (
+    MIN_SAMPLES,
     Choice,
     Fallbacks,
     Pick,
@@ -332,10 +333,6 @@ def budgeted_model(
         taken=limits.name,
         book=book,
         quantile=quantile,
-        min_samples=_MIN_SAMPLES,
+        min_samples=MIN_SAMPLES,
     )
     return BudgetedModel(cast("Runnable[LanguageModelInput, Any]", model), limits, chain)
-
-
-_MIN_SAMPLES: Final = 20
-"""Samples of a model's steps a book needs before its answer time is trusted to pass it over."""
