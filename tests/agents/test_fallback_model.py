@@ -29,6 +29,7 @@ from langgraph_deadline import (
     deadline_scope,
     with_deadlines,
 )
+from langgraph_deadline._agents.fallback import fallbacks_of
 from langgraph_deadline.agents import budgeted_model
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, await_nothing_sent_after
 
@@ -272,3 +273,31 @@ def test_bad_fallbacks_are_refused_when_made_naming_the_argument() -> None:
     assert named.fallbacks == ("fast",)
     assert named.step_name == "gpt-slow"
     assert budgeted_model(main).step_name == "ChatOpenAI"  # without fallbacks: as before
+
+
+@pytest.mark.anyio
+async def test_the_last_model_is_tried_even_when_the_book_says_it_is_slow_too(
+    slow: FakeOpenAIServer, fast: FakeOpenAIServer
+) -> None:
+    book = slow_book(2.0)
+    for _ in range(20):
+        book.record("model", "gpt-fast", 2.0)
+    llm = budgeted_model(chat(slow, "gpt-slow"), fallbacks=[chat(fast, "gpt-fast")], book=book)
+    async with deadline_scope(1.0):
+        reply = await llm.ainvoke("hi")
+    assert reply.content == "fast answer"  # a prediction ranks the models, min_viable refuses
+    assert slow.requests == []
+
+
+def test_a_model_the_book_saw_cut_counts_as_at_least_as_slow_as_its_cuts() -> None:
+    book = LatencyBook(listen=False)
+    for _ in range(20):
+        book.record("model", "gpt-slow", 1.5, censored=True)  # cut at 1.5 s every time
+    fast = ChatOpenAI(api_key=SecretStr("test"), model="gpt-fast")
+    chain = fallbacks_of(
+        [fast], label="fallbacks", taken="gpt-slow", book=book, quantile=0.9, min_samples=20
+    )
+    assert chain is not None
+    expected = chain.expected("gpt-slow")
+    assert expected is not None and expected >= 1.5 * 0.99
+    assert chain.expected("gpt-fast") is None  # no samples: no prediction
