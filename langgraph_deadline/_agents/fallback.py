@@ -27,7 +27,7 @@ from langchain_core.runnables import Runnable
 from .._core.plan import Plan
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
-from .._core.validate import check_cap, check_number, check_seconds, show
+from .._core.validate import check_number, show
 from .._learn.book import LatencyBook
 
 __all__ = [
@@ -114,7 +114,8 @@ def fallbacks_of(
 ) -> Fallbacks | None:
     """`models` checked as a chain of fallbacks (None: no fallback), every mistake refused here,
     naming the argument: not a list, an empty list, a non-model, two models of one name (or of
-    the main model's name, `taken`), a book without fallbacks, a quantile outside (0, 1).
+    the main model's name, `taken`), a fallback with fallbacks of its own, a book without
+    fallbacks, a quantile outside (0, 1).
 
     A chat model is called by its model id, with no cap or min_viable of its own (the deadline
     bounds it); one made with `budgeted_model(model, name=, cap=, min_viable=)` brings its own.
@@ -141,6 +142,10 @@ def fallbacks_of(
     chain: list[Choice] = []
     names = {taken}
     for i, model in enumerate(models):
+        if isinstance(model, BudgetedModel) and model.fallbacks:
+            raise ValueError(
+                f"{label}[{i}] has fallbacks of its own: list them in this chain instead"
+            )
         if isinstance(model, BudgetedModel) and not (
             chat_models and not isinstance(model.model, BaseChatModel)
         ):
@@ -154,9 +159,7 @@ def fallbacks_of(
                 f"{label}[{i}] is named {choice.name!r} like a model before it: each model of a "
                 f"chain needs its own name (budgeted_model(model, name=...))"
             )
-        names.add(choice.name)
-        check_cap(choice.cap, f"{label}[{i}].cap")
-        check_seconds(choice.min_viable, f"{label}[{i}].min_viable")
+        names.add(choice.name)  # a budgeted model's cap and min_viable were checked when made
         chain.append(choice)
     return Fallbacks(models=tuple(chain), book=book, quantile=q, min_samples=min_samples)
 

@@ -269,6 +269,9 @@ def test_bad_fallbacks_are_refused_when_made_naming_the_argument() -> None:
         budgeted_model(main, fallbacks=[other], quantile=1.5)
     with pytest.raises(TypeError, match="book must be a LatencyBook"):
         budgeted_model(main, fallbacks=[other], book={})  # type: ignore[arg-type]
+    nested = budgeted_model(other, fallbacks=[ChatOpenAI(api_key=SecretStr("t"), model="x")])
+    with pytest.raises(ValueError, match=r"fallbacks\[0\] has fallbacks of its own"):
+        budgeted_model(main, fallbacks=[nested])
     named = budgeted_model(main, fallbacks=[budgeted_model(other, name="fast", cap=2.0)])
     assert named.fallbacks == ("fast",)
     assert named.step_name == "gpt-slow"
