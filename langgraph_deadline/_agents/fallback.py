@@ -25,7 +25,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable
 
 from .._core.plan import Plan
-from .._core.records import StepRecord, StepStatus
+from .._core.records import StepStatus
 from .._core.run import StepResult
 from .._core.validate import check_number, show
 from .._learn.book import LatencyBook
@@ -40,7 +40,6 @@ __all__ = [
     "mark_fallback",
     "mark_messages",
     "model_id",
-    "noted",
     "pick",
     "why_next",
 ]
@@ -204,7 +203,10 @@ def pick(
                 f"{budget:.2f} s budget"
             )
             continue
-        return Pick(i, plan, "; ".join(reasons)), first
+        passed = "; ".join(reasons)
+        if passed:  # its record says what it stands in for (the run's backstop's too)
+            plan = plan._replace(note=f"fallback: {passed}")
+        return Pick(i, plan, passed), first
     return None, first
 
 
@@ -222,11 +224,6 @@ def why_next(choice: Choice, plan: Plan, result: StepResult[Any]) -> str | None:
     if status.cut and not plan.clamped:
         return f"{choice.name} cut at its cap of {plan.budget or 0.0:.2f} s"
     return None
-
-
-def noted(record: StepRecord, passed: str) -> StepRecord:
-    """A fallback's record, saying which model it stood in for and why."""
-    return dataclasses.replace(record, note=f"fallback: {passed}" if passed else record.note)
 
 
 def mark_fallback(value: Any, name: str, passed: str) -> Any:

@@ -21,13 +21,12 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.types import Command
 
 from .._core.plan import Plan, plan_step
-from .._core.record import record_child
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult, run_async, run_sync
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state
 from .._graph.streams import PartialAnswer, collect_partial, stop_stream_at
-from .fallback import Choice, Fallbacks, Pick, mark_messages, noted, pick, why_next
+from .fallback import Choice, Fallbacks, Pick, mark_messages, pick, why_next
 from .model_calls import MODEL_STEP, gave_up, model_plan, model_result, with_budget
 from .run import skipped
 from .settings import MiddlewareSettings
@@ -96,13 +95,9 @@ def _settled(
 ) -> Response:
     """What a call that answered or ran out turns into, with the records of the models tried
     before it in the trace; a fallback's record carries its note, its answer is marked."""
-    if chosen.at:
-        record = noted(result.record, chosen.passed)
-        record_child(record, None)
-        result = result._replace(record=record)
-        if result.status is StepStatus.COMPLETED and result.value is not None:
-            marked = mark_messages(result.value.result, choice.name, chosen.passed)
-            result = result._replace(value=dataclasses.replace(result.value, result=marked))
+    if chosen.at and result.status is StepStatus.COMPLETED and result.value is not None:
+        marked = mark_messages(result.value.result, choice.name, chosen.passed)
+        result = result._replace(value=dataclasses.replace(result.value, result=marked))
     response = model_result(state, result, partial=said)
     command = response.command
     if earlier and isinstance(command, Command) and isinstance(command.update, dict):
@@ -128,11 +123,7 @@ def _then(
     later = None if why is None else pick(chain, chosen.at + 1, plan_of, rule, why=why)[0]
     if later is None:
         return _settled(state, chosen, choice, result, earlier, said.text if said else "")
-    record = result.record
-    if chosen.at:
-        record = noted(record, chosen.passed)
-        record_child(record, None)
-    earlier.append(record)
+    earlier.append(result.record)
     return later
 
 
@@ -161,9 +152,7 @@ async def acall_chain(
         call = _request_for(request, step, chain[step.at], settings)
         said = PartialAnswer() if settings.partial_answer else None
         with collect_partial(said):
-            result = await run_async(
-                step.plan, partial(handler, call), commit=step.at == 0, passthrough=PASSTHROUGH
-            )
+            result = await run_async(step.plan, partial(handler, call), passthrough=PASSTHROUGH)
         step = _then(request.state, chain, plan_of, rule, step, result, earlier, said)
     return step
 
@@ -181,7 +170,7 @@ def call_chain(
         call = _request_for(request, step, chain[step.at], settings)
         said = PartialAnswer() if settings.partial_answer else None
         body = _body(handler, call, step.plan, said)
-        result = run_sync(step.plan, body, commit=step.at == 0, passthrough=PASSTHROUGH)
+        result = run_sync(step.plan, body, passthrough=PASSTHROUGH)
         step = _then(request.state, chain, plan_of, rule, step, result, earlier, said)
     return step
 

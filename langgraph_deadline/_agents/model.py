@@ -41,7 +41,6 @@ from .fallback import (
     fallbacks_of,
     mark_fallback,
     model_id,
-    noted,
     pick,
     why_next,
 )
@@ -177,15 +176,12 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
 
         return pick(self._chain, start, plan_of, self._rule, why=why)
 
-    def _answered(self, chosen: Pick, result: StepResult[T], cfg: RunnableConfig) -> T:
-        """A fallback's record goes with its note, and its answer is marked."""
-        if chosen.at == 0:
+    def _answered(self, chosen: Pick, result: StepResult[T]) -> T:
+        """A fallback's answer, marked as one."""
+        if chosen.at == 0 or result.status is not StepStatus.COMPLETED:
             return cast("T", result.value)
         name = self._chain[chosen.at].name
-        record_child(noted(result.record, chosen.passed), run_from_config(cfg))
-        if result.status is StepStatus.COMPLETED:
-            return cast("T", mark_fallback(result.value, name, chosen.passed))
-        return cast("T", result.value)
+        return cast("T", mark_fallback(result.value, name, chosen.passed))
 
     def invoke(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
@@ -198,7 +194,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         while True:
             choice, plan = self._chain[chosen.at], chosen.plan
             result = self._attempt(chosen, input, cfg, kwargs)
-            value = self._answered(chosen, result, cfg)
+            value = self._answered(chosen, result)
             if result.status is StepStatus.COMPLETED:
                 return value
             why = why_next(choice, plan, result)
@@ -220,7 +216,6 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
             plan,
             lambda: model.invoke(input, call_cfg, **options),
             run=run_from_config(cfg),
-            commit=chosen.at == 0,  # a fallback's record is committed with its note
             passthrough=PASSTHROUGH,
         )
 
@@ -235,7 +230,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         while True:
             choice, plan = self._chain[chosen.at], chosen.plan
             result = await self._aattempt(chosen, input, cfg, kwargs)
-            value = self._answered(chosen, result, cfg)
+            value = self._answered(chosen, result)
             if result.status is StepStatus.COMPLETED:
                 return value
             why = why_next(choice, plan, result)
@@ -256,7 +251,6 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
             plan,
             lambda: model.ainvoke(input, cfg, **options),
             run=run_from_config(cfg),
-            commit=chosen.at == 0,
             passthrough=PASSTHROUGH,
         )
 
