@@ -222,6 +222,18 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         TypeError,
         "tool_caps",
     ),
+    (
+        "an empty list of fallback models",
+        lambda: DeadlineMiddleware(fallback_models=[]),
+        ValueError,
+        "fallback_models",
+    ),
+    (
+        "a fallback model that is a model's name, not a model",
+        lambda: DeadlineMiddleware(fallback_models=["gpt-4o-mini"]),  # type: ignore[list-item]
+        TypeError,
+        r"fallback_models\[0\]",
+    ),
 ]
 
 

@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "_graph": {"_core"},
     "_retry": {"_core", "_graph"},
     "_tools": {"_core", "_graph", "_retry"},
-    "_agents": {"_core", "_graph", "_retry", "_tools"},
+    "_agents": {"_core", "_graph", "_learn", "_retry", "_tools"},
     "_wire": {"_core"},
     "_instrument": {"_core"},
     "_learn": {"_core"},

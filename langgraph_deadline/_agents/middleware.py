@@ -1,13 +1,17 @@
 """`DeadlineMiddleware`: a `create_agent` agent's model and tool calls inside one deadline.
 
 The rules live next door: `model_calls` and `tool_calls` (a call's budget and what its result
-turns into), `closing` (the words an agent that ran out ends with), `run` (its state fields).
+turns into), `fallback_calls` (a model call down a chain of models), `closing` (the words an
+agent that ran out ends with), `run` (its state fields).
+
+One module because it is the one class users configure: its arguments, their read-only
+properties and the hooks LangChain calls, each hook a few lines handing on to those rules.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from langchain.agents.middleware import (
@@ -19,6 +23,7 @@ from langchain.agents.middleware import (
     ToolCallRequest,
     hook_config,
 )
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
@@ -32,8 +37,12 @@ from .._core.run import run_async, run_sync
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state, fresh_run_update
 from .._graph.streams import PartialAnswer, collect_partial, stop_stream_at
+from .._learn.book import LatencyBook
 from .._tools.tool import DeadlineTool
 from .closing import give_up
+from .fallback import MIN_SAMPLES, fallbacks_of
+from .fallback_calls import acall_chain, call_chain, none_can_start
+from .model import BudgetedModel
 from .model_calls import MODEL_STEP, gave_up, model_plan, model_result, with_budget
 from .run import RUN, DeadlineAgentState, elapsed_ms, fields, skipped
 from .settings import MiddlewareSettings
@@ -70,13 +79,22 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       gets `deadline_outcome` `completed`. Cancellation, LangGraph's recursion limit and
       errors propagate as exceptions: `terminal_of(exc)` names them.
 
+    - With `fallback_models` (opt-in), a model call goes to the first model of `[the agent's
+      model, *fallback_models]` that can start and, with a `latency_book`, whose learned
+      `fallback_quantile` of answer times fits its budget; one that fails or is cut at
+      `model_cap` with time left hands the call to the next that fits, inside the same
+      deadline. A fallback's record (named by its model id) says what it stood in for in its
+      `note`, and its `AIMessage` carries `response_metadata["langgraph_deadline"]["fallback"]`.
+
     List it first in `middleware=[...]`: it then wraps the others, so their retries and waits
     (`ModelRetryMiddleware`, `ToolRetryMiddleware`) are cut at the budget too.
 
     Raises:
         TypeError, ValueError: a time is not a finite number >= 0, `tokens_per_second` <= 0,
             `tool_caps` is not a mapping, or the settings cannot fit (`reserve >= timeout`,
-            `model_min_viable` above `timeout` less `reserve`, or above `model_cap`).
+            `model_min_viable` above `timeout` less `reserve`, or above `model_cap`);
+            `fallback_models` empty, holding a non-model or two models of one name;
+            `latency_book` without `fallback_models`; `fallback_quantile` outside (0, 1).
     """
 
     state_schema = DeadlineAgentState
@@ -92,8 +110,22 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         model_min_viable: float = 0.0,
         tokens_per_second: float | None = None,
         partial_answer: bool = True,
+        fallback_models: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
+        latency_book: LatencyBook | None = None,
+        fallback_quantile: float = 0.9,
     ) -> None:
         super().__init__()
+        fallbacks = fallbacks_of(
+            fallback_models,
+            label="fallback_models",
+            taken=MODEL_STEP,
+            book=latency_book,
+            quantile=fallback_quantile,
+            min_samples=MIN_SAMPLES,
+            book_label="latency_book",
+            quantile_label="fallback_quantile",
+            chat_models=True,
+        )
         self.settings = MiddlewareSettings(
             timeout=timeout,
             reserve=reserve,
@@ -103,6 +135,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             model_min_viable=model_min_viable,
             tokens_per_second=tokens_per_second,
             partial_answer=partial_answer,
+            fallbacks=fallbacks,
         )
         self.tools = []
 
@@ -139,6 +172,12 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     @property
     def partial_answer(self) -> bool:
         return self.settings.partial_answer
+
+    @property
+    def fallback_models(self) -> tuple[str, ...]:
+        """The names of the fallback models, in the order they are tried."""
+        fallbacks = self.settings.fallbacks
+        return () if fallbacks is None else tuple(c.name for c in fallbacks.models)
 
     # -- the run: stamp the deadline, say how it ended -----------------------------------------
 
@@ -198,8 +237,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         outcome = values.get("deadline_outcome")
         if isinstance(outcome, Outcome) and not outcome.ok:
             return {"jump_to": "end"}
-        plan = model_plan(self.settings, values, sync=False)
-        if not plan.skip:
+        plan = none_can_start(self.settings, values)
+        if plan is None:
             return None
         return {**give_up(values, skipped(plan)), "jump_to": "end"}
 
@@ -215,6 +254,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """The model call under its budget: cancelled at it, then the graceful ending."""
+        if self.settings.fallbacks is not None:
+            return await acall_chain(self.settings, request, handler)
         plan = model_plan(self.settings, request.state, sync=False)
         if plan.skip:
             return gave_up(request.state, skipped(plan))
@@ -231,6 +272,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """Sync: the call runs on a worker thread the run stops waiting for at the budget (the
         thread cannot be killed: recorded `abandoned`); its token stream stops at the next chunk."""
+        if self.settings.fallbacks is not None:
+            return call_chain(self.settings, request, handler)
         plan = model_plan(self.settings, request.state, sync=True)
         if plan.skip:
             return gave_up(request.state, skipped(plan))

@@ -6,6 +6,10 @@ async code closes the HTTP stream. The provider also learns the budget: LangChai
 models (`ChatOpenAI`, `AzureChatOpenAI` and the others built on `BaseChatOpenAI`) get it as the
 OpenAI SDK's per-request `timeout`. Sync calls run on a worker thread that cannot be killed; for
 them a callback stops a token stream at its first chunk past the deadline.
+
+With fallbacks (`fallback.py` chooses), a call goes down the chain inside the same deadline.
+One module because the sync and async calls and the chain loop around them share the plan,
+the refusal and the outcome of one step.
 """
 
 from __future__ import annotations
@@ -28,6 +32,18 @@ from .._core.tracker import run_from_config
 from .._core.validate import check_cap, check_seconds
 from .._graph.seams import PASSTHROUGH
 from .._graph.streams import stop_stream_config
+from .._learn.book import LatencyBook
+from .fallback import (
+    MIN_SAMPLES,
+    Choice,
+    Fallbacks,
+    Pick,
+    fallbacks_of,
+    mark_fallback,
+    model_id,
+    pick,
+    why_next,
+)
 from .provider import provider_options
 
 __all__ = ["BudgetedModel", "ModelLimits", "budgeted_model"]
@@ -56,11 +72,26 @@ class ModelLimits:
 class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
     """A chat model (or a model with tools bound) whose calls live inside the deadline in
     context. Made by `budgeted_model`; use it like the model it wraps (`invoke`, `ainvoke`,
-    `bind_tools`)."""
+    `bind_tools`). With fallbacks, a call may be answered by one of them (see
+    `budgeted_model`)."""
 
-    def __init__(self, model: Runnable[LanguageModelInput, T], limits: ModelLimits) -> None:
+    def __init__(
+        self,
+        model: Runnable[LanguageModelInput, T],
+        limits: ModelLimits,
+        fallbacks: Fallbacks | None = None,
+    ) -> None:
         self.model = model
         self._limits = limits
+        self._fallbacks = fallbacks
+        main = Choice(limits.name, model, limits.cap, limits.min_viable)
+        self._chain = (main, *(() if fallbacks is None else fallbacks.models))
+        self._rule = fallbacks or Fallbacks(models=())
+
+    @property
+    def step_name(self) -> str:
+        """Its steps' name (a fallback's, in a chain)."""
+        return self._limits.name
 
     @property
     def cap(self) -> float | None:
@@ -70,24 +101,31 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
     def min_viable(self) -> float:
         return self._limits.min_viable
 
+    @property
+    def fallbacks(self) -> tuple[str, ...]:
+        """The names of its fallback models, in the order they are tried."""
+        return tuple(c.name for c in self._chain[1:])
+
     def get_name(self, suffix: str | None = None, *, name: str | None = None) -> str:
         return name or self._limits.name + (suffix or "")
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> BudgetedModel[Any]:
-        """`model.bind_tools(...)`, still budgeted."""
-        bind = getattr(self.model, "bind_tools", None)
-        if bind is None:
-            raise TypeError(f"{type(self.model).__name__} has no bind_tools")
-        return BudgetedModel(
-            cast("Runnable[LanguageModelInput, Any]", bind(tools, **kwargs)), self._limits
-        )
+        """`model.bind_tools(...)`, still budgeted (its fallbacks get the same tools)."""
+        bound = [_bind(c.model, tools, kwargs) for c in self._chain]
+        fallbacks = None
+        if self._fallbacks is not None:
+            pairs = zip(self._chain[1:], bound[1:], strict=True)
+            fallbacks = self._fallbacks.with_models(
+                [dataclasses.replace(c, model=m) for c, m in pairs]
+            )
+        return BudgetedModel(bound[0], self._limits, fallbacks)
 
-    def _plan(self, config: RunnableConfig, *, sync: bool) -> Plan:
+    def _plan(self, choice: Choice, config: RunnableConfig, *, sync: bool) -> Plan:
         return plan_step(
-            self._limits.name,
+            choice.name,
             "model",
-            cap=self._limits.cap,
-            min_viable=self._limits.min_viable,
+            cap=choice.cap,
+            min_viable=choice.min_viable,
             reserve=0.0,  # a model call inside a node shares the node's budget, reserve held back
             run=run_from_config(config),
             sync=sync,
@@ -96,9 +134,10 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
     def _refuse(self, plan: Plan, config: RunnableConfig) -> DeadlineExceeded:
         record_child(plan.record(StepStatus.SKIPPED), run_from_config(config))
         left = 0.0 if plan.remaining is None else plan.remaining
+        nor = " (and no fallback could start)" if len(self._chain) > 1 else ""
         return DeadlineExceeded(
             f"{plan.name} not started: {plan.budget or 0.0:.3f} s of budget "
-            f"({left:.3f} s left), needs at least {plan.min_viable:.3f} s",
+            f"({left:.3f} s left), needs at least {plan.min_viable:.3f} s{nor}",
             deadline=plan.deadline,
             step=plan.name,
         )
@@ -129,48 +168,107 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
             return 0.0
         return plan.deadline.remaining()
 
+    def _next(
+        self, cfg: RunnableConfig, start: int, why: str, *, sync: bool
+    ) -> tuple[Pick | None, Plan | None]:
+        def plan_of(choice: Choice) -> Plan:
+            return self._plan(choice, cfg, sync=sync)
+
+        return pick(self._chain, start, plan_of, self._rule, why=why)
+
+    def _answered(self, chosen: Pick, result: StepResult[T]) -> T:
+        """A fallback's answer, marked as one."""
+        if chosen.at == 0 or result.status is not StepStatus.COMPLETED:
+            return cast("T", result.value)
+        name = self._chain[chosen.at].name
+        return cast("T", mark_fallback(result.value, name, chosen.passed))
+
     def invoke(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> T:
         cfg = ensure_config(config)
-        plan = self._plan(cfg, sync=True)
-        if plan.skip:
-            raise self._refuse(plan, cfg)
-        options = {**provider_options(self.model, plan.budget), **kwargs}
+        chosen, first = self._next(cfg, 0, "", sync=True)
+        if chosen is None:
+            assert first is not None
+            raise self._refuse(first, cfg)
+        while True:
+            choice, plan = self._chain[chosen.at], chosen.plan
+            result = self._attempt(chosen, input, cfg, kwargs)
+            value = self._answered(chosen, result)
+            if result.status is StepStatus.COMPLETED:
+                return value
+            why = why_next(choice, plan, result)
+            later = None if why is None else self._next(cfg, chosen.at + 1, why, sync=True)[0]
+            if later is None:
+                if (wait := self._handoff_left(plan, result)) > 0.0:
+                    time.sleep(wait)
+                return self._outcome(plan, result)
+            chosen = later
+
+    def _attempt(
+        self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
+    ) -> StepResult[T]:
+        """One model of the chain called on a worker thread, under its plan."""
+        model, plan = self._chain[chosen.at].model, chosen.plan
+        options = {**provider_options(model, plan.budget), **kwargs}
         call_cfg = stop_stream_config(cfg, plan.step_deadline(), plan.name)
-        result = run_sync(
+        return run_sync(
             plan,
-            lambda: self.model.invoke(input, call_cfg, **options),
+            lambda: model.invoke(input, call_cfg, **options),
             run=run_from_config(cfg),
             passthrough=PASSTHROUGH,
         )
-        if (wait := self._handoff_left(plan, result)) > 0.0:
-            time.sleep(wait)
-        return self._outcome(plan, result)
 
     async def ainvoke(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> T:
         cfg = ensure_config(config)
-        plan = self._plan(cfg, sync=False)
-        if plan.skip:
-            raise self._refuse(plan, cfg)
-        options = {**provider_options(self.model, plan.budget), **kwargs}
-        result = await run_async(
+        chosen, first = self._next(cfg, 0, "", sync=False)
+        if chosen is None:
+            assert first is not None
+            raise self._refuse(first, cfg)
+        while True:
+            choice, plan = self._chain[chosen.at], chosen.plan
+            result = await self._aattempt(chosen, input, cfg, kwargs)
+            value = self._answered(chosen, result)
+            if result.status is StepStatus.COMPLETED:
+                return value
+            why = why_next(choice, plan, result)
+            later = None if why is None else self._next(cfg, chosen.at + 1, why, sync=False)[0]
+            if later is None:
+                if (wait := self._handoff_left(plan, result)) > 0.0:
+                    await anyio.sleep(wait)  # usually cancelled by the enclosing step
+                return self._outcome(plan, result)
+            chosen = later
+
+    async def _aattempt(
+        self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
+    ) -> StepResult[T]:
+        """One model of the chain called under its plan, cancelled at its budget."""
+        model, plan = self._chain[chosen.at].model, chosen.plan
+        options = {**provider_options(model, plan.budget), **kwargs}
+        return await run_async(
             plan,
-            lambda: self.model.ainvoke(input, cfg, **options),
+            lambda: model.ainvoke(input, cfg, **options),
             run=run_from_config(cfg),
             passthrough=PASSTHROUGH,
         )
-        if (wait := self._handoff_left(plan, result)) > 0.0:
-            await anyio.sleep(wait)  # usually cancelled by the enclosing step, at its deadline
-        return self._outcome(plan, result)
 
     def __repr__(self) -> str:
+        more = f", fallbacks={list(self.fallbacks)!r}" if self._fallbacks is not None else ""
         return (
             f"budgeted_model({self.model!r}, cap={self._limits.cap!r}, "
-            f"min_viable={self._limits.min_viable!r})"
+            f"min_viable={self._limits.min_viable!r}{more})"
         )
+
+
+def _bind(
+    model: Runnable[LanguageModelInput, Any], tools: Sequence[Any], kwargs: dict[str, Any]
+) -> Runnable[LanguageModelInput, Any]:
+    bind = getattr(model, "bind_tools", None)
+    if bind is None:
+        raise TypeError(f"{type(model).__name__} has no bind_tools")
+    return cast("Runnable[LanguageModelInput, Any]", bind(tools, **kwargs))
 
 
 def budgeted_model(
@@ -179,6 +277,9 @@ def budgeted_model(
     cap: float | None = None,
     min_viable: float = 0.0,
     name: str | None = None,
+    fallbacks: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
+    book: LatencyBook | None = None,
+    quantile: float = 0.9,
 ) -> BudgetedModel[Any]:
     """A chat model whose every call gets `min(cap, remaining)` of the deadline in context.
 
@@ -189,6 +290,18 @@ def budgeted_model(
     call's `StepRecord` (kind `"model"`) joins the node's trace. LangChain's OpenAI models also
     get the budget as the SDK's request `timeout`. Works on a model with tools bound, too.
 
+    `fallbacks` (opt-in) are faster models to answer instead, inside the same deadline. A call
+    goes to the first model of `[model, *fallbacks]` that can start (its `min_viable` fits) and,
+    with a `book`, whose learned `quantile` of answer times fits its budget (known once the book
+    holds 20 samples of that model's steps; the last model is tried whenever it can start).
+    A model that fails (a provider error, after its SDK's own retries) or is cut at its own cap
+    with time left hands the call to the next one that fits; nothing runs past the deadline. With
+    fallbacks, each model's steps are named by its model id (`gpt-4o-mini`: the book's key;
+    give `budgeted_model(fast, name=, cap=, min_viable=)` a fallback's own name and limits; a
+    plain fallback has none), a fallback's record's `note` says what it stood in for,
+    and its `AIMessage` carries `response_metadata["langgraph_deadline"] = {"fallback": name,
+    "reason": why}`.
+
     ```python
     llm = budgeted_model(ChatOpenAI(model="gpt-4o-mini"), cap=20.0, min_viable=2.0)
 
@@ -197,12 +310,23 @@ def budgeted_model(
     ```
 
     Raises:
-        TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0.
+        TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0; `fallbacks`
+            is empty, holds a non-model or two models of one name; `book` without `fallbacks`;
+            `quantile` outside (0, 1).
         DeadlineExceeded: (from a call) not started for lack of budget, or cut at its budget.
     """
     if isinstance(model, BudgetedModel):
         model = model.model
     if not isinstance(model, Runnable):
         raise TypeError(f"budgeted_model() needs a chat model, got {type(model).__name__}")
-    limits = ModelLimits(cap=cap, min_viable=min_viable, name=name or model.get_name())
-    return BudgetedModel(cast("Runnable[LanguageModelInput, Any]", model), limits)
+    default = model.get_name() if fallbacks is None else model_id(model)
+    limits = ModelLimits(cap=cap, min_viable=min_viable, name=name or default)
+    chain = fallbacks_of(
+        fallbacks,
+        label="fallbacks",
+        taken=limits.name,
+        book=book,
+        quantile=quantile,
+        min_samples=MIN_SAMPLES,
+    )
+    return BudgetedModel(cast("Runnable[LanguageModelInput, Any]", model), limits, chain)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from .._core.rules import StepRule
 from .._core.validate import check_cap, check_fits, check_limit, check_mapping, check_seconds
+from .fallback import Fallbacks
 
 __all__ = ["MiddlewareSettings"]
 
@@ -16,7 +17,8 @@ __all__ = ["MiddlewareSettings"]
 class MiddlewareSettings:
     """The run's `timeout` and `reserve`, the caps of model and tool calls, the least time a
     model call needs (`model_min_viable`), the model's `tokens_per_second` if known, and whether
-    a cut model call's streamed text is kept (`partial_answer`). Checked when made; `tool_caps`
+    a cut model call's streamed text is kept (`partial_answer`), and the models to fall back
+    to (`fallbacks`). Checked when made; `tool_caps`
     is kept read-only; tool caps may be learned (`StepRule`s). See `DeadlineMiddleware`.
 
     Raises:
@@ -32,6 +34,7 @@ class MiddlewareSettings:
     model_min_viable: float = 0.0
     tokens_per_second: float | None = None
     partial_answer: bool = True
+    fallbacks: Fallbacks | None = None  # checked by `fallbacks_of` when the middleware is made
 
     def __post_init__(self) -> None:
         checked = {  # in the order of the arguments: the first mistake is the one reported

@@ -37,7 +37,7 @@ class Plan(NamedTuple):
     sync: bool = False
     started_at: float = 0.0
     ends: Deadline | None = None  # the step's own deadline: `budget` from `started`
-    note: str | None = None  # why a learned min_viable refuses the step, in numbers
+    note: str | None = None  # for its record: a learned refusal's numbers, a fallback's cause
 
     @property
     def skip(self) -> bool:
@@ -77,7 +77,7 @@ class Plan(NamedTuple):
             side_effect_started=side_effect_started,
             cancel_source=cancel_source,
             started_at=self.started_at,
-            note=self.note if status is StepStatus.SKIPPED else None,
+            note=self.note,
         )
 
 

@@ -74,7 +74,8 @@ class StepRecord:
     side_effect_started: bool = False
     cancel_source: str | None = None
     started_at: float | None = None  # epoch seconds when the step started
-    note: str | None = None  # a skipped step's learned reason, in numbers (no user data)
+    note: str | None = None  # why, in numbers (no user data): a skipped step's learned reason,
+    # or which model a fallback model call stood in for
 
     def ran_out_reason(self) -> str:
         """Why this step ended the run, in words a caller or a log reader can act on."""
