@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import agents, http_overhead, learned, load, overhead, overshoot, tools
+from . import agents, hedge, http_overhead, learned, load, overhead, overshoot, tools
 from ._common import Section, machine
 
 BENCHMARKS: dict[str, Callable[..., Section]] = {
@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "agents": agents.run,
     "load": load.run,
     "learned": learned.run,
+    "hedge": hedge.run,
 }
 
 

@@ -10,16 +10,19 @@ bounds them all (the step's cut cancels every copy).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import threading
 import time
+from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
 
 from .._core.context import remaining
+from .._core.cut import Cut
 from .._core.validate import check_cap, check_number, show
 from .._learn.book import LatencyBook
 
@@ -27,6 +30,8 @@ __all__ = ["Copies", "Hedge", "HedgeBudget", "race"]
 
 WINDOW_S: Final = 10
 """Seconds over which `HedgeBudget` counts calls and hedges (Finagle's retry budget's TTL)."""
+CLOSE_GRACE_S: Final = 0.05
+"""The longest a call waits for its losing copies to close (they take a few ms)."""
 _REFRESH: Final = 16  # work the learned delay out again when the samples grew by 1/16
 
 
@@ -182,46 +187,92 @@ async def race(
 ) -> Any:
     """`call()` hedged: copy 0 now, one more after each `hedge.delay(name)` while none has
     answered (up to `max_copies`, while `budget` allows and the step's time left fits a typical
-    call). The first copy to return wins and the others are cancelled before this returns; a
-    copy that raises leaves the others running, and when every copy raised the first error is
-    raised. Runs inside the step's guard: its cut cancels every copy."""
+    call). The first copy to return wins; the others are cancelled and have closed before this
+    returns. A copy that raises leaves the others running; when every copy raised, the first
+    error is raised. Runs inside the step's guard: when it is cut, every copy is cancelled.
+
+    Each copy is a task under a `Cut` of its own, cancelled once: an anyio task group would
+    cancel a copy again and again, and so cancel the clean-up of the task LangChain runs a
+    tool's coroutine in (httpcore closing the request), leaving the loser's connection open.
+    Off asyncio (trio), the call runs alone."""
     budget.deposit()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        copies.started += 1
+        return await call()
     delay = hedge.delay(name)
-    state: dict[str, Any] = {"value": None, "error": None, "running": 0}
-    settled = anyio.Event()  # a copy won, or every copy started so far raised
+    tasks: list[asyncio.Task[Any]] = []
+    cuts: dict[int, Cut] = {}
 
-    async with anyio.create_task_group() as tg:
+    def start() -> None:
+        copies.started += 1
+        task = loop.create_task(_copy(call, cuts, len(tasks)))
+        task.add_done_callback(_retrieve)  # a loser's error is never "never retrieved"
+        tasks.append(task)
 
-        async def copy(i: int) -> None:
-            try:
-                value = await call()
-            except Exception as exc:
-                if state["error"] is None:
-                    state["error"] = exc
-                state["running"] -= 1
-                if state["running"] == 0:
-                    settled.set()
-                return
-            if copies.winner is None:
-                copies.winner = i
-                state["value"] = value
-                settled.set()
-                tg.cancel_scope.cancel()
+    error: BaseException | None = None
+    try:
+        start()
+        pending = set(tasks)
+        next_at = None if delay is None else loop.time() + delay
+        while pending:
+            wait = None if next_at is None else max(0.0, next_at - loop.time())
+            done, pending = await asyncio.wait(pending, timeout=wait, return_when=FIRST_COMPLETED)
+            for task in sorted(done, key=tasks.index):
+                if task.cancelled():  # by the loop shutting down: no answer from it
+                    continue
+                if task.exception() is None:
+                    copies.winner = tasks.index(task)
+                    return task.result()
+                error = error or task.exception()
+            if done or next_at is None:
+                continue
+            if len(tasks) >= hedge.max_copies or remaining() < hedge.typical(name):
+                next_at = None
+            elif budget.withdraw():
+                start()
+                pending.add(tasks[-1])
+                next_at = None if delay is None else next_at + delay
+            else:
+                next_at = None
+        assert error is not None
+        raise error
+    finally:
+        await _stop(tasks, cuts)
 
-        def start(i: int) -> None:
-            copies.started += 1
-            state["running"] += 1
-            tg.start_soon(copy, i)
 
-        start(0)
-        for i in range(1, hedge.max_copies if delay is not None else 1):
-            assert delay is not None
-            with anyio.move_on_after(delay):
-                await settled.wait()
-            if settled.is_set() or remaining() < hedge.typical(name) or not budget.withdraw():
-                break
-            start(i)
-    if copies.winner is None:
-        assert state["error"] is not None
-        raise state["error"]
-    return state["value"]
+class _Lost(Exception):
+    """A copy cancelled because another answered (or the step ended)."""
+
+
+async def _copy(call: Callable[[], Awaitable[Any]], cuts: dict[int, Cut], i: int) -> Any:
+    """One copy of the call, cancellable once through `cuts[i]`."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task(loop)
+    assert task is not None
+    with Cut(loop, task) as cut:
+        cuts[i] = cut
+        return await call()
+    raise _Lost  # reached only when the cut swallowed its own cancellation
+
+
+async def _stop(tasks: list[asyncio.Task[Any]], cuts: dict[int, Cut]) -> None:
+    """Cancel the copies still running (each once) and wait, shielded, for them to close
+    (at most `CLOSE_GRACE_S`: a copy that ignores its cancellation is left to end alone); a
+    copy that has not started yet is cancelled before it runs (it has sent nothing)."""
+    running = [t for t in tasks if not t.done()]
+    for task in running:
+        cut = cuts.get(tasks.index(task))
+        if cut is None:
+            task.cancel()
+        else:
+            cut.cancel()
+    if running:
+        with anyio.move_on_after(CLOSE_GRACE_S, shield=True):
+            await asyncio.wait(running)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -42,17 +42,26 @@ def _call(query: str = "boots", id: str = "call-1") -> dict[str, Any]:
     return {"type": "tool_call", "id": id, "name": "search", "args": {"query": query}}
 
 
-def _search(server: SlowServer, delays: list[float], hedge: Hedge, **options: Any) -> Any:
-    """A read-only search whose n-th request takes `delays[n]` s (the last one after that)."""
+def _search(
+    server: SlowServer,
+    delays: list[float],
+    hedge: Hedge,
+    *,
+    client: httpx.AsyncClient | None = None,
+    **options: Any,
+) -> Any:
+    """A read-only search whose n-th request takes `delays[n]` s (the last one after that),
+    over `client` (shared by every call, as a process's client is) or a client of its own."""
     n = itertools.count()
 
     @deadline_tool(read_only=True, hedge=hedge, **options)
     async def search(query: str) -> str:
         """Search the catalogue."""
-        delay = delays[min(next(n), len(delays) - 1)]
-        async with httpx.AsyncClient() as client:
-            r = await client.get(server.url("/slow"), params={"delay": delay, "q": query})
-        return r.text
+        params = {"delay": delays[min(next(n), len(delays) - 1)], "q": query}
+        if client is not None:
+            return (await client.get(server.url("/slow"), params=params)).text
+        async with httpx.AsyncClient() as own:
+            return (await own.get(server.url("/slow"), params=params)).text
 
     return search
 
@@ -83,6 +92,23 @@ async def test_a_straggler_is_hedged_the_fast_copy_answers_and_the_loser_is_clos
     assert first.disconnected - second.answered < MARGIN
     [record] = _tool_records(steps)
     assert (record.status, record.hedges, record.winner) == (StepStatus.COMPLETED, 1, 1)
+
+
+async def test_the_loser_over_a_client_shared_by_the_process_is_closed_and_leaves_the_pool(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    async with httpx.AsyncClient() as client:
+        search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), client=client, timeout=3.0)
+
+        message = await search.ainvoke(_call())
+
+        assert '"delay": 0.02' in message.text
+        assert slow_server.wait_disconnected(1.0)
+        first, second = slow_server.requests
+        assert first.disconnected is not None and first.answered is None  # closed, not left
+        assert second.answered is not None and first.disconnected - second.answered < MARGIN
+        pool = client._transport._pool  # type: ignore[attr-defined]
+        assert all(c.is_idle() or c.is_closed() for c in pool.connections)
 
 
 async def test_a_call_that_answers_before_the_delay_is_not_hedged(
@@ -130,16 +156,18 @@ async def test_a_copy_that_fails_leaves_the_other_to_answer(slow_server: SlowSer
     assert message.status == "success" and '"delay": 0.2' in message.text
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["own-client", "shared-client"])
 async def test_nothing_runs_past_the_deadline(
-    slow_server: SlowServer, steps: list[StepRecord]
+    slow_server: SlowServer, steps: list[StepRecord], shared: bool
 ) -> None:
     hedge = Hedge(after=0.05, max_copies=3, floor_per_s=10.0)
-    search = _search(slow_server, [5.0], hedge, timeout=3.0)
+    async with httpx.AsyncClient() as client:
+        search = _search(slow_server, [5.0], hedge, client=client if shared else None, timeout=3.0)
 
-    t0 = time.monotonic()
-    async with deadline_scope(0.4):
-        message = await search.ainvoke(_call())
-    took = time.monotonic() - t0
+        t0 = time.monotonic()
+        async with deadline_scope(0.4):
+            message = await search.ainvoke(_call())
+        took = time.monotonic() - t0
 
     assert message.status == "error" and "did not answer" in message.text
     assert took < 0.4 + MARGIN
