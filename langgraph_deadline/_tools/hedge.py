@@ -74,7 +74,8 @@ class Hedge:
     _memo: dict[str, _Learned] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_cap(self.after, "after")
+        # Numbers are kept as the floats they were checked as (a frozen value: set once here).
+        object.__setattr__(self, "after", check_cap(self.after, "after"))
         if self.book is not None and not isinstance(self.book, LatencyBook):
             raise TypeError(
                 f"book must be a LatencyBook, got {type(self.book).__name__}: {show(self.book)}"
@@ -85,9 +86,11 @@ class Hedge:
             p = check_number(getattr(self, name), name, "a number in (0, 1)")
             if not 0.0 < p < 1.0:
                 raise ValueError(f"{name} must be in (0, 1), got {show(getattr(self, name))}")
+            object.__setattr__(self, name, p)
         floor = check_number(self.floor_per_s, "floor_per_s", "hedges per second")
         if floor < 0.0:
             raise ValueError(f"floor_per_s must be >= 0, got {show(self.floor_per_s)}")
+        object.__setattr__(self, "floor_per_s", floor)
         for name, least in (("min_samples", 0), ("max_copies", 2)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):

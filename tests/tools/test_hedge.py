@@ -316,10 +316,18 @@ def test_a_bad_hedge_is_refused_naming_the_argument(
         Hedge(**kwargs)
 
 
+def test_a_hedge_that_is_not_a_hedge_is_refused_naming_it() -> None:
+    with pytest.raises(TypeError, match="hedge must be a Hedge, got float"):
+        deadline_tool(_read, read_only=True, hedge=0.1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="hedge must be a Hedge"):
+        deadline_tools([_read], read_only=["_read"], hedge="p95")  # type: ignore[arg-type]
+
+
 def test_hedge_is_keyword_only_and_frozen() -> None:
     with pytest.raises(TypeError):
         Hedge(0.1)  # type: ignore[misc]
-    hedge = Hedge(after=0.1)
+    hedge = Hedge(after=1, quantile=0.9)
+    assert isinstance(hedge.after, float) and hedge.after == 1.0
     with pytest.raises(AttributeError):
         hedge.after = 0.2  # type: ignore[misc]
 
