@@ -195,6 +195,8 @@ class DeadlineTool(BaseTool):
 
         async def once() -> Any:
             tries.started += 1
+            if self.options.hedge is None:
+                return await self.inner.ainvoke(input, call_cfg, **kwargs)
             return await self._race(copy, copies)
 
         result = self._account(
@@ -254,15 +256,13 @@ class DeadlineTool(BaseTool):
     # -- hedging (the race is in `hedge`) --------------------------------------------------------
 
     async def _race(self, copy: Callable[[], Any], copies: Copies) -> Any:
-        """One attempt: `copy()` alone, or hedged when the tool has a `hedge`."""
+        """One attempt, hedged (`hedge.race`), against this tool's hedge budget."""
         opts = self.options.hedge
-        if opts is None:
-            return await copy()
+        assert opts is not None
         if self._hedge_budget is None:
             self._hedge_budget = HedgeBudget(budget=opts.budget, floor_per_s=opts.floor_per_s)
-        return await race(
-            copy, name=self.name, hedge=opts, budget=self._hedge_budget, copies=copies
-        )
+        spent = self._hedge_budget
+        return await race(copy, name=self.name, hedge=opts, budget=spent, copies=copies)
 
     # -- running out: a stale answer or words for the model --------------------------------------
 
