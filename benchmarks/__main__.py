@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from . import agents, fallback, http_overhead, learned, load, overhead, overshoot, tools
+from . import agents, fallback, hedge, http_overhead, learned, load, overhead, overshoot, tools
 from ._common import Section, machine
 
 BENCHMARKS: dict[str, Callable[..., Section]] = {
@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "load": load.run,
     "learned": learned.run,
     "fallback": fallback.run,
+    "hedge": hedge.run,
 }
 
 

@@ -28,6 +28,7 @@ from ._learn.sketch import Estimate, LatencySketch
 from ._retry.retry import retry
 from ._retry.tenacity import stop_at_deadline, wait_within_deadline
 from ._tools.cache import InMemoryStaleCache, StaleCache, StoreStaleCache
+from ._tools.hedge import Hedge
 from ._tools.make import deadline_tool, deadline_tools
 from ._tools.tool import DeadlineTool
 
@@ -43,6 +44,7 @@ __all__ = [
     "DeadlineState",
     "DeadlineTool",
     "Estimate",
+    "Hedge",
     "InMemoryStaleCache",
     "LatencyBook",
     "LatencySketch",

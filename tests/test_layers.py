@@ -20,7 +20,7 @@ ALLOWED: dict[str, set[str]] = {
     "_core": set(),
     "_graph": {"_core"},
     "_retry": {"_core", "_graph"},
-    "_tools": {"_core", "_graph", "_retry"},
+    "_tools": {"_core", "_graph", "_retry", "_learn"},  # a hedge asks a latency book
     "_agents": {"_core", "_graph", "_learn", "_retry", "_tools"},
     "_wire": {"_core"},
     "_instrument": {"_core"},

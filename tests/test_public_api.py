@@ -18,6 +18,7 @@ DOCUMENTED = {
     "InMemoryStaleCache",
     "StaleCache",
     "StoreStaleCache",
+    "Hedge",
     "ToolTimeout",
     "deadline_tool",
     "deadline_tools",

@@ -1,8 +1,12 @@
-"""The demo: one realistic multi-hop agent run twice against local services, once with naive
-per-step timeouts and once with one deadline, side by side.
+"""The demo: one realistic multi-hop agent run against local services with naive per-step
+timeouts, with one deadline, and with one deadline and hedged lookups, side by side.
 
 planner (a streaming model that asks for three lookups) -> three tools in parallel against a
-slow HTTP service (one hangs) -> writer (a streaming model that writes the answer).
+slow HTTP service (one request hangs: a straggler, the same request again answers) -> writer (a
+streaming model that writes the answer).
+
+One module because the three runs share one scenario, one table and one picture: apart, each
+piece would need the others' constants.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import tempfile
 import textwrap
 import time
@@ -18,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from .. import DeadlineState, Outcome, with_deadlines
+from .. import DeadlineState, Hedge, Outcome, deadline_tools, with_deadlines
 from ..instrument import JsonlTraceWriter, set_observers
 
 __all__ = ["DemoOptions", "run_demo"]
@@ -43,7 +48,9 @@ ANSWER = (
     "sorry for the wait, and thank you again for shopping with us."
 )
 ANSWER_TOKENS = len(ANSWER.split())  # about 150 words, one token each
-LOOKUPS = {"order_status": 0.3, "shipping_docs": 0.5, "warehouse_stock": 60.0}  # service delays
+LOOKUPS = {"order_status": 0.3, "shipping_docs": 0.5, "warehouse_stock": 0.4}  # service delays
+STRAGGLER = "warehouse_stock"  # its first request hangs (60 s); the same request again answers
+HEDGE_AFTER = 0.6  # the hedged run sends a lookup again when it has not answered by then
 FOUND = {  # what each lookup answers, when it answers
     "order_status": "order 42 packed on Friday, shipped on Monday (standard carrier)",
     "shipping_docs": "2 parcels: #1 left Leeds on Monday, due Thursday; #2 waits for stock",
@@ -70,6 +77,7 @@ class Row:
     tool_requests_past_deadline: int
     tokens_after_deadline: int | None
     model_requests_after_deadline: int | None
+    lookups_answered: int
     answer: str  # what the user received: the run's last assistant message
 
 
@@ -77,15 +85,20 @@ class DemoState(MessagesState, DeadlineState):
     pass
 
 
-def _tools(service: Any, *, naive: bool) -> list[BaseTool]:
-    """The same plain `@tool` lookups for both runs: the naive one gives each HTTP call its
-    own timeout, the deadline run caps the tools node (`caps={"tools": TOOL_CAP}`)."""
+def _tools(service: Any, *, naive: bool, hedged: bool = False) -> list[BaseTool]:
+    """The same plain `@tool` lookups for every run: the naive one gives each HTTP call its
+    own timeout, the deadline runs cap the tools node (`caps={"tools": TOOL_CAP}`), and the
+    hedged run makes them read-only deadline tools that send a lookup again after
+    `HEDGE_AFTER` s."""
 
     def make(name: str, delay: float) -> BaseTool:
+        sent = itertools.count()
+
         async def lookup(query: str) -> str:
             timeout = NAIVE_TOOL_TIMEOUT if naive else None  # the deadline run needs none
+            wait = 60.0 if name == STRAGGLER and next(sent) == 0 else delay
             async with httpx.AsyncClient(timeout=timeout) as client:
-                r = await client.get(service.url(f"/slow?delay={delay}&tool={name}"))
+                r = await client.get(service.url(f"/slow?delay={wait}&tool={name}"))
             r.raise_for_status()
             return FOUND[name]
 
@@ -93,7 +106,11 @@ def _tools(service: Any, *, naive: bool) -> list[BaseTool]:
         lookup.__doc__ = f"Look up {name.replace('_', ' ')} for an order."
         return tool(lookup)
 
-    return [make(name, delay) for name, delay in LOOKUPS.items()]
+    tools = [make(name, delay) for name, delay in LOOKUPS.items()]
+    if not hedged:
+        return tools
+    hedge = Hedge(after=HEDGE_AFTER)
+    return list(deadline_tools(tools, default=TOOL_CAP, read_only=list(LOOKUPS), hedge=hedge))
 
 
 def _graph(model: Any, tools: list[BaseTool]) -> StateGraph[Any, Any, Any, Any]:
@@ -154,7 +171,17 @@ def _answer(state: dict[str, Any]) -> str:
     return ""
 
 
-async def _one(label: str, opts: DemoOptions, *, naive: bool, trace: Path | None) -> Row:
+def _lookups_answered(state: dict[str, Any]) -> int:
+    return sum(
+        1
+        for m in state.get("messages") or []
+        if isinstance(m, ToolMessage) and m.status == "success"
+    )
+
+
+async def _one(
+    label: str, opts: DemoOptions, *, naive: bool, trace: Path | None, hedged: bool = False
+) -> Row:
     from langchain_openai import ChatOpenAI
 
     from ..testing import SlowServer
@@ -168,7 +195,7 @@ async def _one(label: str, opts: DemoOptions, *, naive: bool, trace: Path | None
             timeout=NAIVE_MODEL_TIMEOUT if naive else None,
             max_retries=2 if naive else 0,
         )
-        builder = _graph(model, _tools(service, naive=naive))
+        builder = _graph(model, _tools(service, naive=naive, hedged=hedged))
         caps = {"tools": TOOL_CAP}  # a cap on each tool call
         ours = with_deadlines(builder, timeout=opts.budget, caps=caps, reserve=RESERVE)
         graph = builder.compile() if naive else ours
@@ -212,6 +239,7 @@ async def _one(label: str, opts: DemoOptions, *, naive: bool, trace: Path | None
             model_requests_after_deadline=None
             if fake is None
             else len(fake.requests_after(deadline)),
+            lookups_answered=_lookups_answered(last),
             answer=_answer(last),
         )
 
@@ -222,6 +250,7 @@ def _table(rows: list[Row]) -> str:
         "budget s",
         "wall s",
         "terminal",
+        "lookups answered",
         "tool requests alive past deadline",
         "tokens streamed after deadline",
     )
@@ -235,6 +264,7 @@ def _table(rows: list[Row]) -> str:
             f"{r.budget:.1f}",
             f"{r.wall:.2f}",
             r.terminal,
+            f"{r.lookups_answered}/{len(LOOKUPS)}",
             str(r.tool_requests_past_deadline),
             n(r.tokens_after_deadline),
         )
@@ -281,7 +311,7 @@ def _plot(trace: Path, path: str, rows: list[Row]) -> str:
 
 
 def run_demo(opts: DemoOptions) -> str:
-    """Run both variants; return the side-by-side table (and where the waterfall went)."""
+    """Run the three variants; return the side-by-side table (and where the waterfall went)."""
 
     async def both() -> tuple[list[Row], str]:
         with tempfile.TemporaryDirectory() as tmp:
@@ -290,8 +320,10 @@ def run_demo(opts: DemoOptions) -> str:
                 f"naive ({NAIVE_TOOL_TIMEOUT:.0f}s/tool)", opts, naive=True, trace=None
             )
             ours = await _one("langgraph-deadline", opts, naive=False, trace=trace)
-            note = _plot(trace, opts.plot, [naive, ours]) if opts.plot else ""
-        return [naive, ours], note
+            hedged = await _one("hedged lookups", opts, naive=False, trace=None, hedged=True)
+            rows = [naive, ours, hedged]
+            note = _plot(trace, opts.plot, rows) if opts.plot else ""
+        return rows, note
 
     rows, note = asyncio.run(both())
     return _table(rows) + ("\n\n" + note if note else "")

@@ -116,6 +116,8 @@ def step_fields(event: StepEvent) -> dict[str, Field]:
         "cancel_source": r.cancel_source,
         "started_at": r.started_at,
         "note": r.note,  # a learned refusal, in numbers
+        "hedges": r.hedges,
+        "winner": r.winner,
     }
 
 

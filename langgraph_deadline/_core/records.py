@@ -76,6 +76,8 @@ class StepRecord:
     started_at: float | None = None  # epoch seconds when the step started
     note: str | None = None  # why, in numbers (no user data): a skipped step's learned reason,
     # or which model a fallback model call stood in for
+    hedges: int = 0  # extra identical copies started (a hedged read-only tool call)
+    winner: int | None = None  # which copy answered a hedged call (0: the first); None: none
 
     def ran_out_reason(self) -> str:
         """Why this step ended the run, in words a caller or a log reader can act on."""

@@ -76,11 +76,14 @@ class _Worker:
     its budget keeps its worker (a thread cannot be stopped) and the next call takes another.
     """
 
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "thread")
 
     def __init__(self) -> None:
         self.jobs: queue.SimpleQueue[Job[Any]] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="langgraph-deadline-worker", daemon=True).start()
+        self.thread = threading.Thread(
+            target=self._loop, name="langgraph-deadline-worker", daemon=True
+        )
+        self.thread.start()
 
     def _loop(self) -> None:
         get = self.jobs.get

@@ -28,6 +28,8 @@ class _Metrics:
     duration: Histogram
     exceeded: Counter
     abandoned: Counter
+    hedges: Counter
+    hedge_wins: Counter
     tokens: Counter
     runs: Counter
 
@@ -47,6 +49,8 @@ class PrometheusObserver:
     - `<ns>_step_deadline_exceeded_total`, labels `step`, `kind`: steps skipped for lack of
       budget, cut at it, or abandoned past it;
     - `<ns>_step_abandoned_total`, labels `step`, `kind`: sync work left running past its budget;
+    - `<ns>_step_hedges_total`, labels `step`, `kind`: extra copies hedged calls started;
+    - `<ns>_step_hedge_wins_total`, labels `step`, `kind`: hedged calls a later copy answered;
     - `<ns>_tokens_after_deadline_total`, label `step`: see `count_tokens_after_deadline`;
     - `<ns>_runs_total`, label `terminal`.
 
@@ -87,6 +91,10 @@ class PrometheusObserver:
             m.exceeded.labels(rec.name, rec.kind).inc()
         if rec.status is StepStatus.ABANDONED:
             m.abandoned.labels(rec.name, rec.kind).inc()
+        if rec.hedges:
+            m.hedges.labels(rec.name, rec.kind).inc(rec.hedges)
+            if rec.winner:
+                m.hedge_wins.labels(rec.name, rec.kind).inc()
 
     def on_run(self, event: RunEvent) -> None:
         self._metrics.runs.labels(event.outcome.terminal.value).inc()
@@ -142,6 +150,18 @@ def _make(registry: CollectorRegistry, ns: str, buckets: Sequence[float]) -> _Me
         abandoned=Counter(
             f"{ns}_step_abandoned",
             "Sync steps left running past their budget (their work may still be going on).",
+            step_labels,
+            registry=registry,
+        ),
+        hedges=Counter(
+            f"{ns}_step_hedges",
+            "Extra identical copies started by hedged calls (read-only tools).",
+            step_labels,
+            registry=registry,
+        ),
+        hedge_wins=Counter(
+            f"{ns}_step_hedge_wins",
+            "Hedged calls answered by a copy other than the first.",
             step_labels,
             registry=registry,
         ),

@@ -1,5 +1,9 @@
 """The public constructors of deadline tools: `deadline_tool` (the `@tool` drop-in, and a
-wrapper for any `BaseTool`) and `deadline_tools` (several tools from one table of caps)."""
+wrapper for any `BaseTool`) and `deadline_tools` (several tools from one table of caps).
+
+One module because `deadline_tool`'s three typed call forms (the overloads) repeat every option
+of `@tool` and of ours: split, each form would live apart from the function it types.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ from .._core.rules import StepRule
 from .._core.validate import check_limit, check_mapping, show
 from .._retry.retry import RetryOn
 from .cache import StaleCache
+from .hedge import Hedge
 from .messages import ToolTimeout
-from .options import ToolOptions, check_cache, check_namespace
+from .options import ToolOptions, check_cache, check_hedge, check_namespace
 from .stale import Namespace
 from .tool import DeadlineTool
 
@@ -28,8 +33,14 @@ def _make(inner: BaseTool, options: ToolOptions) -> DeadlineTool:
     a user of `inner` sees (name, schema, `extras`, error handling...) is this tool's too."""
     if isinstance(inner, DeadlineTool):
         inner = inner.inner
+    checked = options.checked(inner.name)
+    if checked.hedge is not None and getattr(inner, "coroutine", True) is None:
+        raise ValueError(
+            f"tool {inner.name!r}: hedge needs an async tool (a sync copy runs on a thread "
+            "that cannot be stopped, so a losing copy would run on)"
+        )
     fields = {name: getattr(inner, name) for name in BaseTool.model_fields}
-    return DeadlineTool(**fields, inner=inner, options=options.checked(inner.name))
+    return DeadlineTool(**fields, inner=inner, options=checked)
 
 
 @overload
@@ -46,6 +57,7 @@ def deadline_tool(
     retry_on: RetryOn | None = None,
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
+    hedge: Hedge | None = None,
     description: str | None = None,
     return_direct: bool = False,
     args_schema: ArgsSchema | None = None,
@@ -72,6 +84,7 @@ def deadline_tool(
     retry_on: RetryOn | None = None,
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
+    hedge: Hedge | None = None,
     description: str | None = None,
     return_direct: bool = False,
     args_schema: ArgsSchema | None = None,
@@ -97,6 +110,7 @@ def deadline_tool(
     retry_on: RetryOn | None = None,
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
+    hedge: Hedge | None = None,
     description: str | None = None,
     return_direct: bool = False,
     args_schema: ArgsSchema | None = None,
@@ -122,6 +136,7 @@ def deadline_tool(
     retry_on: RetryOn | None = None,
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
+    hedge: Hedge | None = None,
     description: str | None = None,
     return_direct: bool = False,
     args_schema: ArgsSchema | None = None,
@@ -160,9 +175,10 @@ def deadline_tool(
 
     Raises:
         ValueError, TypeError: bad numbers, `min_viable` above `timeout`, a flag that is not a
-            bool, a `message` format string with a placeholder it cannot fill, a cache on a tool
-            that is not read-only, `@tool` options given with an existing tool (set them on that
-            tool), and whatever `@tool` raises for the same arguments.
+            bool, a `message` format string with a placeholder it cannot fill, a cache or a
+            `hedge` on a tool that is not read-only, a `hedge` on a sync tool, `@tool` options
+            given with an existing tool (set them on that tool), and whatever `@tool` raises for
+            the same arguments.
     """
     options = ToolOptions(
         timeout=timeout,
@@ -175,6 +191,7 @@ def deadline_tool(
         retry_on=retry_on,
         attempts=attempts,
         idempotency_key=idempotency_key,
+        hedge=hedge,
     )
     made: dict[str, Any] = {
         "description": description,
@@ -244,19 +261,22 @@ def deadline_tools(
     read_only: Sequence[str] = (),
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
+    hedge: Hedge | None = None,
 ) -> list[DeadlineTool]:
     """Wrap several tools from one table of caps: `{"search_docs": 5, "get_order": 3}` plus a
     `default` for the rest (any may be `learned(book, ...)`, learned per tool name); the tools
     named in `read_only` share `cache` for stale answers,
     kept apart by `cache_namespace` (as in `deadline_tool`: by default the authenticated user,
-    else the config's `user_id`, else its `thread_id`).
+    else the config's `user_id`, else its `thread_id`), and are hedged by `hedge` (each tool
+    with a hedge budget of its own).
 
     Every argument is checked, and named as written (`default`, `caps['f']`), even when
     `tools` is empty: a table that is wrong for no tool today is wrong for the next one.
 
     Raises:
         ValueError: `caps` or `read_only` names a tool that is not in `tools`; a cap or
-            `default` that is not a duration (negative, NaN, infinite).
+            `default` that is not a duration (negative, NaN, infinite); a `hedge` with no
+            tool named in `read_only`, or for one that is sync.
         TypeError: `tools` is not a list of tools or functions; `caps` is not a mapping;
             `read_only` is a single string; a cap, `default`, `cache` or `cache_namespace`
             of the wrong type.
@@ -280,6 +300,7 @@ def deadline_tools(
         raise TypeError(f"read_only must be a list of tool names, got the string {read_only!r}")
     check_cache(cache)
     check_namespace(cache_namespace)
+    check_hedge(hedge, "deadline_tools", read_only=bool(read_only))
     wrapped_inner = [t if isinstance(t, BaseTool) else lc_tool(t) for t in tools]
     names = {t.name for t in wrapped_inner}
     for label, given in (("caps", set(caps)), ("read_only", set(read_only))):
@@ -294,6 +315,7 @@ def deadline_tools(
                 read_only=t.name in read_only,
                 cache=cache if t.name in read_only else None,
                 cache_namespace=cache_namespace,
+                hedge=hedge if t.name in read_only else None,
             ),
         )
         for t in wrapped_inner

@@ -24,6 +24,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from .._core.extras import needs_extra
 from .._core.rules import StepRule
 from .cache import StaleCache
+from .hedge import Hedge
 from .make import deadline_tools
 from .tool import DeadlineTool
 
@@ -48,13 +49,15 @@ async def mcp_tools(
     default: float | StepRule | None = None,
     read_only: Sequence[str] = (),
     cache: StaleCache | None = None,
+    hedge: Hedge | None = None,
     cancel_grace: float = 0.5,
 ) -> AsyncIterator[list[DeadlineTool]]:
     """The client's tools (of `server_name`, else of every server) as deadline tools, over one
     session per server kept open inside the `async with`; a call cut by its budget is cancelled
     on the server too (MCP `notifications/cancelled`, sent within `cancel_grace` s).
 
-    `caps`, `default`, `read_only` and `cache` are `deadline_tools`'. Use the tools inside the
+    `caps`, `default`, `read_only`, `cache` and `hedge` are `deadline_tools`' (a hedged
+    call's losing copy is cancelled on the server too). Use the tools inside the
     block, in the event loop that opened it:
 
     ```python
@@ -91,7 +94,9 @@ async def mcp_tools(
             for session, tools in sessions
             for t in tools
         ]
-        yield deadline_tools(loaded, caps=caps, default=default, read_only=read_only, cache=cache)
+        yield deadline_tools(
+            loaded, caps=caps, default=default, read_only=read_only, cache=cache, hedge=hedge
+        )
 
 
 @asynccontextmanager

@@ -10,16 +10,18 @@ from .._core.rules import StepRule
 from .._core.validate import ceiling_of, check_flag, check_limit, check_viable, floor_of, show
 from .._retry.policy import RetryOn, retry_predicate
 from .cache import StaleCache
+from .hedge import Hedge
 from .messages import Message
 from .stale import Namespace
 
-__all__ = ["ToolOptions", "check_cache", "check_namespace"]
+__all__ = ["ToolOptions", "check_cache", "check_hedge", "check_namespace"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ToolOptions:
     """A tool's budget (`timeout`, `min_viable`), what it does to the world (`read_only`,
-    `side_effect`), its stale cache, its timeout text and its retries. See `deadline_tool`."""
+    `side_effect`), its stale cache, its timeout text, its retries and its hedging. See
+    `deadline_tool`."""
 
     timeout: float | StepRule | None = None
     min_viable: float | StepRule = 0.0
@@ -31,6 +33,7 @@ class ToolOptions:
     retry_on: RetryOn | None = None
     attempts: int = 3
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None
+    hedge: Hedge | None = None
 
     def checked(self, tool: str) -> ToolOptions:
         """These options with times as floats, or an error naming `tool` and what is wrong.
@@ -57,6 +60,7 @@ class ToolOptions:
         if self.read_only and self.side_effect:
             raise ValueError(f"tool {tool!r}: read_only and side_effect exclude each other")
         check_cache(self.cache)
+        check_hedge(self.hedge, tool, read_only=self.read_only)
         message = self.message
         if message is not None and not (isinstance(message, str) or callable(message)):
             raise TypeError("message must be a format string or a function of ToolTimeout")
@@ -93,6 +97,25 @@ def check_cache(cache: object) -> None:
     """
     if cache is not None and not isinstance(cache, StaleCache):
         raise TypeError(f"cache must be a StaleCache, got {type(cache).__name__}: {show(cache)}")
+
+
+def check_hedge(hedge: object, tool: str, *, read_only: bool) -> None:
+    """Refuse a `hedge` that is not a `Hedge`, or one on a tool that may change the world
+    (a second copy of a write is a second write).
+
+    Raises:
+        TypeError: `hedge` is not a `Hedge` (None is no hedging).
+        ValueError: naming the tool, when it is not `read_only`.
+    """
+    if hedge is None:
+        return
+    if not isinstance(hedge, Hedge):
+        raise TypeError(f"hedge must be a Hedge, got {type(hedge).__name__}: {show(hedge)}")
+    if not read_only:
+        raise ValueError(
+            f"tool {tool!r}: hedge needs read_only=True (a second copy of a call that changes "
+            "the world is a second change)"
+        )
 
 
 def _check_format(message: str) -> None:

@@ -11,11 +11,21 @@ import httpx
 from langchain_core.runnables import RunnableConfig
 
 from .._core.errors import DeadlineExceeded
+from .._core.records import StepStatus
 from .._core.run import StepResult
 from .._retry.policy import RetryOn, retry_predicate
 from .._retry.retry import retry
+from .hedge import Copies
 
-__all__ = ["Tries", "account", "call_config", "is_timeout", "is_transport", "retrying"]
+__all__ = [
+    "Tries",
+    "account",
+    "call_config",
+    "hedged",
+    "is_timeout",
+    "is_transport",
+    "retrying",
+]
 
 _TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (httpx.TransportError, ConnectionError)
 _NOT_SENT: tuple[type[BaseException], ...] = (httpx.ConnectError, httpx.ConnectTimeout)
@@ -69,6 +79,17 @@ def account(result: StepResult[Any], tries: Tries, *, side_effect: bool) -> Step
     rec = dataclasses.replace(
         result.record, attempt=max(1, tries.started), side_effect_started=started
     )
+    return StepResult(rec, result.value, result.error)
+
+
+def hedged(result: StepResult[Any], tries: Tries, copies: Copies) -> StepResult[Any]:
+    """The call's record says how many extra copies its attempts started and, when one
+    answered, which (0: the first copy of its attempt)."""
+    extra = max(0, copies.started - tries.started)
+    if extra == 0:
+        return result
+    winner = copies.winner if result.status is StepStatus.COMPLETED else None
+    rec = dataclasses.replace(result.record, hedges=extra, winner=winner)
     return StepResult(rec, result.value, result.error)
 
 

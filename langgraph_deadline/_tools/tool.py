@@ -26,6 +26,7 @@ from .._graph.seams import PASSTHROUGH
 from .._retry.policy import RetryOn
 from . import policy, stale
 from .cache import StaleCache
+from .hedge import Copies, Hedge, HedgeBudget, race
 from .messages import Message, answer, render, timeout_of, tool_facts
 from .options import ToolOptions
 
@@ -58,6 +59,7 @@ class DeadlineTool(BaseTool):
     inner: BaseTool
     options: InstanceOf[ToolOptions] = ToolOptions()
     _said_uncached: bool = PrivateAttr(default=False)  # warned once that a call had no namespace
+    _hedge_budget: HedgeBudget | None = PrivateAttr(default=None)  # this tool's extra load
 
     # -- the options, read-only ----------------------------------------------------------------
 
@@ -96,6 +98,10 @@ class DeadlineTool(BaseTool):
     @property
     def attempts(self) -> int:
         return self.options.attempts
+
+    @property
+    def hedge(self) -> Hedge | None:
+        return self.options.hedge
 
     @property
     def idempotency_key(self) -> Callable[[Mapping[str, Any]], str] | None:
@@ -181,18 +187,24 @@ class DeadlineTool(BaseTool):
             return await self._aran_out(
                 input, cfg, plan, StepResult(plan.record(StepStatus.SKIPPED))
             )
-        tries = policy.Tries()
+        tries, copies = policy.Tries(), Copies()
         call_cfg = self._call_config(input, cfg)
+
+        async def copy() -> Any:
+            return await self.inner.ainvoke(input, call_cfg, **kwargs)
 
         async def once() -> Any:
             tries.started += 1
-            return await self.inner.ainvoke(input, call_cfg, **kwargs)
+            if self.options.hedge is None:
+                return await self.inner.ainvoke(input, call_cfg, **kwargs)
+            return await self._race(copy, copies)
 
         result = self._account(
             await run_async(
                 plan, self._retrying(once), run=run, commit=False, passthrough=PASSTHROUGH
             ),
             tries,
+            copies,
         )
         if result.status is StepStatus.COMPLETED:
             record_child(result.record, run)
@@ -235,8 +247,22 @@ class DeadlineTool(BaseTool):
             name=self.name,
         )
 
-    def _account(self, result: StepResult[Any], tries: policy.Tries) -> StepResult[Any]:
-        return policy.account(result, tries, side_effect=self.options.side_effect)
+    def _account(
+        self, result: StepResult[Any], tries: policy.Tries, copies: Copies | None = None
+    ) -> StepResult[Any]:
+        result = policy.account(result, tries, side_effect=self.options.side_effect)
+        return result if copies is None else policy.hedged(result, tries, copies)
+
+    # -- hedging (the race is in `hedge`) --------------------------------------------------------
+
+    async def _race(self, copy: Callable[[], Any], copies: Copies) -> Any:
+        """One attempt, hedged (`hedge.race`), against this tool's hedge budget."""
+        opts = self.options.hedge
+        assert opts is not None
+        if self._hedge_budget is None:
+            self._hedge_budget = HedgeBudget(budget=opts.budget, floor_per_s=opts.floor_per_s)
+        spent = self._hedge_budget
+        return await race(copy, name=self.name, hedge=opts, budget=spent, copies=copies)
 
     # -- running out: a stale answer or words for the model --------------------------------------
 

@@ -35,10 +35,14 @@ def test_demo_shows_the_naive_run_overshooting_and_the_deadline_run_on_time(
     assert proc.returncode == 0, proc.stderr
     rows = {}
     for line in proc.stdout.splitlines():
-        if line.startswith(("naive", "langgraph-deadline ")):
-            cells = line.split()
-            rows["naive" if line.startswith("naive") else "deadline"] = cells
-    naive, ours = rows["naive"], rows["deadline"]
+        for key, label in (
+            ("naive", "naive"),
+            ("deadline", "langgraph-deadline "),
+            ("hedged", "hedged lookups "),
+        ):
+            if line.startswith(label):
+                rows[key] = line.split()
+    naive, ours, hedged = rows["naive"], rows["deadline"], rows["hedged"]
     # columns: label..., budget, wall, terminal..., tool requests past deadline, tokens after
     naive_wall, ours_wall = float(naive[3]), float(ours[2])
     assert naive_wall > 4.0 + 2.0  # per-step timeouts add up
@@ -47,14 +51,25 @@ def test_demo_shows_the_naive_run_overshooting_and_the_deadline_run_on_time(
     assert int(ours[-2]) == 0  # no tool request alive past the deadline
     assert int(ours[-1]) <= 1  # at most one token chunk after the deadline
     assert int(naive[-1]) > 50  # the naive run kept streaming (and paying for) tokens
+    # columns: lookups answered, tool requests past deadline, tokens after
+    assert (ours[-3], naive[-3]) == ("2/3", "2/3")  # the straggling lookup gave nothing
+    hedged_wall = float(hedged[3])
+    assert hedged_wall < 4.0 + 0.5 and "deadline_exceeded" in hedged
+    assert hedged[-3:-1] == ["3/3", "0"] and int(hedged[-1]) <= 1
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # What each user received: the naive run's whole answer, late; the deadline run's answer
     # cut short, then what the tools had found and which one gave nothing in time.
     received = proc.stdout.split("What the user received:")[1]
-    naive_answer, ours_answer = received.split("  langgraph-deadline (after")
+    naive_answer, rest = received.split("  langgraph-deadline (after")
+    ours_answer, hedged_answer = rest.split("  hedged lookups (after")
     assert "thank you again for shopping with us" in " ".join(naive_answer.split())
     ours_text = " ".join(ours_answer.split())
     assert ours_text.count("Thanks for your patience.") == 1
     assert "[cut short: the time for this answer ran out]" in ours_text
     assert "- order_status: order 42 packed on Friday" in ours_text
     assert "No result in time from: warehouse_stock." in ours_text
+    # The hedged run sent the straggling lookup again: all three found, and more of the answer.
+    hedged_text = " ".join(hedged_answer.split())
+    assert "- warehouse_stock: the missing item is back in stock" in hedged_text
+    assert "No result in time" not in hedged_text
+    assert len(hedged_text.split("[cut short")[0]) > len(ours_text.split("[cut short")[0])

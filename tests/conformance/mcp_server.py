@@ -1,6 +1,8 @@
 """A local FastMCP server for the MCP tests: `python mcp_server.py LOG stdio` or
 `python mcp_server.py LOG http PORT`. Its `slow_lookup` tool sleeps, and appends to LOG what
-became of each call: `start <id>`, then `finished <id>` or `cancelled <id>`."""
+became of each call: `start <id>`, then `finished <id>` or `cancelled <id>`. Its
+`straggling_lookup` does the same, but only the first request for an id is slow (5 s): the
+same request again answers in 0.05 s (a straggler, for hedged calls)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,15 @@ def serve(log: Path, transport: str, port: int = 0) -> None:
             raise
         note(f"finished {call}")
         return f"found {call}"
+
+    seen: set[str] = set()
+
+    @mcp.tool()
+    async def straggling_lookup(call: str) -> str:
+        """Look something up in a system whose first answer straggles."""
+        seconds = 0.05 if call in seen else 5.0
+        seen.add(call)
+        return await slow_lookup(call, seconds)
 
     mcp.run("stdio" if transport == "stdio" else "streamable-http")
 

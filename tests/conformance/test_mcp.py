@@ -24,7 +24,7 @@ from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langchain_mcp_adapters.tools import load_mcp_tools
 
-from langgraph_deadline import DeadlineTool, Terminal, deadline_tools
+from langgraph_deadline import DeadlineTool, Hedge, Terminal, deadline_tools
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.mcp import mcp_tools
 from tests.chat_models import ScriptedChatModel, tool_calls
@@ -138,6 +138,29 @@ async def test_mcp_tools_over_streamable_http_cancel_the_server_handler_at_the_d
     assert await log.wait_for_end("http-kept", within=2) == ["start", "cancelled"]
 
 
+async def test_a_hedged_mcp_tool_answers_from_the_second_copy_and_the_server_cancels_the_first(
+    http_server: tuple[str, ServerLog],
+) -> None:
+    url, log = http_server
+    hedge = Hedge(after=0.2)
+    client = http_client(url)
+    async with mcp_tools(
+        client, default=3.0, read_only=["straggling_lookup"], hedge=hedge
+    ) as tools:
+        [lookup] = [t for t in tools if t.name == "straggling_lookup"]
+        call = {"type": "tool_call", "id": "c1", "name": lookup.name, "args": {"call": "hedged"}}
+        start = time.monotonic()
+        message = await lookup.ainvoke(call)
+        elapsed = time.monotonic() - start
+        for _ in range(40):  # the cancellation reaches the server's log
+            if "cancelled" in log.of("hedged"):
+                break
+            await anyio.sleep(0.05)
+    assert message.status == "success" and "found hedged" in str(message.content)
+    assert elapsed < 1.0 + MARGIN
+    assert sorted(log.of("hedged")) == ["cancelled", "finished", "start", "start"]
+
+
 async def test_default_tools_over_stdio_stop_the_server_process_with_the_call(
     stdio_log: ServerLog,
 ) -> None:
@@ -173,7 +196,8 @@ async def test_mcp_tools_are_the_servers_tools_with_their_caps(stdio_log: Server
     client = stdio_client(stdio_log)
     plain = {t.name: t for t in await client.get_tools()}
     async with mcp_tools(client, caps={"slow_lookup": 2.0}) as tools:
-        (lookup,) = tools
+        assert sorted(t.name for t in tools) == sorted(plain)
+        [lookup] = [t for t in tools if t.name == "slow_lookup"]
         assert isinstance(lookup, DeadlineTool)
         assert lookup.timeout == 2.0
         assert lookup.tool_call_schema == plain["slow_lookup"].tool_call_schema
@@ -229,7 +253,7 @@ class _ClosingWith(MultiServerMCPClient):
 async def test_a_reply_arriving_while_mcp_tools_closes_is_dropped(stdio_log: ServerLog) -> None:
     client = _ClosingWith(stdio_log, anyio.BrokenResourceError())
     async with mcp_tools(client, default=CAP) as tools:
-        assert [t.name for t in tools] == ["slow_lookup"]
+        assert [t.name for t in tools] == ["slow_lookup", "straggling_lookup"]
 
 
 async def test_any_other_error_on_closing_mcp_tools_is_raised(stdio_log: ServerLog) -> None:

@@ -288,6 +288,7 @@ def test_otel_step_span_has_the_record_times_and_attributes() -> None:
         "deadline.side_effect_started": False,
         "deadline.cancel_source": "step_cap",
         "deadline.started_at": 1_700_000_000.25,
+        "deadline.hedges": 0,  # not hedged; `winner` is None, so left out
     }
     assert span.status.status_code is StatusCode.ERROR
 
@@ -361,6 +362,38 @@ def test_prometheus_counts_steps_runs_and_tokens_in_its_registry() -> None:
     assert value("step_abandoned_total", **labels) == 1
     assert value("runs_total", terminal="deadline_exceeded") == 1
     assert value("tokens_after_deadline_total", step="llm") == 12
+
+
+def test_prometheus_counts_hedged_copies_and_the_calls_a_hedge_answered() -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import CollectorRegistry
+
+    from langgraph_deadline._instrument.prometheus import PrometheusObserver
+
+    registry = CollectorRegistry()
+    obs = PrometheusObserver(registry=registry)
+    done = dataclass_replace(RECORD, status=StepStatus.COMPLETED)
+    obs.on_step(StepEvent(done, None, None))  # not hedged
+    obs.on_step(StepEvent(dataclass_replace(done, hedges=1, winner=1), None, None))  # hedge won
+    obs.on_step(StepEvent(dataclass_replace(done, hedges=2, winner=0), None, None))  # first won
+    labels = {"step": "search", "kind": "tool"}
+    assert registry.get_sample_value("langgraph_deadline_step_hedges_total", labels) == 3
+    assert registry.get_sample_value("langgraph_deadline_step_hedge_wins_total", labels) == 1
+
+
+def test_otel_step_span_says_a_call_was_hedged_and_which_copy_won() -> None:
+    obs, exporter = _otel()
+    obs.on_step(StepEvent(dataclass_replace(RECORD, hedges=1, winner=1), "run-1", None))
+    [span] = exporter.get_finished_spans()
+    assert span.attributes is not None
+    assert (span.attributes["deadline.hedges"], span.attributes["deadline.winner"]) == (1, 1)
+
+
+def test_a_hedged_record_round_trips_and_an_old_one_reads_as_not_hedged() -> None:
+    hedged = dataclass_replace(RECORD, hedges=1, winner=1)
+    assert StepRecord.from_dict(hedged.to_dict()) == hedged
+    old = {k: v for k, v in RECORD.to_dict().items() if k not in ("hedges", "winner")}
+    assert StepRecord.from_dict(old) == RECORD
 
 
 def test_prometheus_observer_made_twice_on_one_registry_shares_its_metrics() -> None:

@@ -1,0 +1,281 @@
+"""Hedged calls for read-only tools ("The Tail at Scale", Dean and Barroso): when a call has
+not answered after its learned p95, one more identical call starts; the first answer wins and
+every other copy is cancelled at once (its connection closes).
+
+`Hedge` is the setting (a frozen value, checked when built); `HedgeBudget` is the load it may
+add, per tool, Finagle-style: over the last 10 s, at most `budget` x the calls plus
+`floor_per_s` x 10 extra copies; `race` runs one call's copies inside the step's budget, which
+bounds them all (the step's cut cancels every copy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import threading
+import time
+from asyncio import FIRST_COMPLETED
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import anyio
+
+from .._core.context import remaining
+from .._core.cut import Cut
+from .._core.validate import check_cap, check_number, show
+from .._learn.book import LatencyBook
+
+__all__ = ["Copies", "Hedge", "HedgeBudget", "race"]
+
+WINDOW_S: Final = 10
+"""Seconds over which `HedgeBudget` counts calls and hedges (Finagle's retry budget's TTL)."""
+CLOSE_GRACE_S: Final = 0.05
+"""The longest a call waits for its losing copies to close (they take a few ms)."""
+_REFRESH: Final = 16  # work the learned delay out again when the samples grew by 1/16
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Learned:
+    count: int
+    delay: float
+    typical: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Hedge:
+    """When and how much a read-only tool's calls are hedged (`deadline_tool(hedge=...)`).
+
+    A call that has not answered after `delay` seconds gets one more identical copy (up to
+    `max_copies` in all, one per further `delay`), if the step's budget left still fits a
+    typical call and the tool's `HedgeBudget` allows it. `delay` is the `book`'s learned
+    `quantile` of the tool's latency once it has `min_samples` samples, else `after`; with
+    neither, the call is not hedged. Extra copies are at most `budget` x the calls plus
+    `floor_per_s` per second, over the last 10 s. The run's deadline bounds every copy.
+
+    ```python
+    book = LatencyBook()
+    hedge = Hedge(book=book, after=0.2)  # the book's p95 once it knows, 0.2 s until then
+    ```
+
+    Raises:
+        ValueError: neither `after` nor `book`; a `quantile` or `budget` outside (0, 1); a
+            negative `floor_per_s` or `min_samples`; `max_copies` below 2; a bad `after`.
+        TypeError: `book` is not a `LatencyBook`, a number of the wrong type.
+    """
+
+    after: float | None = None
+    book: LatencyBook | None = None
+    quantile: float = 0.95
+    min_samples: int = 50
+    budget: float = 0.05
+    floor_per_s: float = 1.0
+    max_copies: int = 2
+    _memo: dict[str, _Learned] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Numbers are kept as the floats they were checked as (a frozen value: set once here).
+        object.__setattr__(self, "after", check_cap(self.after, "after"))
+        if self.book is not None and not isinstance(self.book, LatencyBook):
+            raise TypeError(
+                f"book must be a LatencyBook, got {type(self.book).__name__}: {show(self.book)}"
+            )
+        if self.after is None and self.book is None:
+            raise ValueError("Hedge needs after= (seconds) or book= (a LatencyBook), or both")
+        for name in ("quantile", "budget"):
+            p = check_number(getattr(self, name), name, "a number in (0, 1)")
+            if not 0.0 < p < 1.0:
+                raise ValueError(f"{name} must be in (0, 1), got {show(getattr(self, name))}")
+            object.__setattr__(self, name, p)
+        floor = check_number(self.floor_per_s, "floor_per_s", "hedges per second")
+        if floor < 0.0:
+            raise ValueError(f"floor_per_s must be >= 0, got {show(self.floor_per_s)}")
+        object.__setattr__(self, "floor_per_s", floor)
+        for name, least in (("min_samples", 0), ("max_copies", 2)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}: {show(value)}")
+            if value < least:
+                raise ValueError(f"{name} must be >= {least}, got {value}")
+
+    def delay(self, name: str) -> float | None:
+        """Seconds tool `name`'s call waits before its next copy (None: it is not hedged)."""
+        known = self._learned(name)
+        return self.after if known is None else known.delay
+
+    def typical(self, name: str) -> float:
+        """What a call of tool `name` usually takes (its learned median; 0 while cold): a copy
+        starts only when the budget left is at least that."""
+        known = self._learned(name)
+        return 0.0 if known is None else known.typical
+
+    def _learned(self, name: str) -> _Learned | None:
+        book = self.book
+        if book is None:
+            return None
+        count = book.count(name, "tool")
+        if count < max(1, self.min_samples):
+            return None
+        memo = self._memo.get(name)
+        if memo is not None and count < memo.count + max(1, memo.count // _REFRESH):
+            return memo
+        sketch = book.sketch(name, "tool")
+        high, mid = sketch.quantile(self.quantile), sketch.quantile(0.5)
+        assert high is not None and mid is not None
+        memo = _Learned(count, high.seconds, mid.seconds)
+        self._memo[name] = memo
+        return memo
+
+
+class HedgeBudget:
+    """The extra load one tool's hedges may add (Finagle's retry budget): over the last
+    `WINDOW_S` seconds, hedges <= `budget` x calls + `floor_per_s` x `WINDOW_S`. Counted in
+    one-second slots under a lock; `clock` is monotonic seconds."""
+
+    __slots__ = ("_calls", "_clock", "_floor", "_hedges", "_lock", "_ratio", "_slots")
+
+    def __init__(
+        self, *, budget: float, floor_per_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._ratio = budget
+        self._floor = floor_per_s * WINDOW_S
+        self._clock = clock
+        self._slots = [-1] * WINDOW_S  # the second each slot counts
+        self._calls = [0] * WINDOW_S
+        self._hedges = [0] * WINDOW_S
+        self._lock = threading.Lock()
+
+    def _slot(self) -> tuple[int, int]:
+        second = math.floor(self._clock())
+        i = second % WINDOW_S
+        if self._slots[i] != second:
+            self._slots[i], self._calls[i], self._hedges[i] = second, 0, 0
+        return second, i
+
+    def _live(self, counts: list[int], second: int) -> int:
+        return sum(n for s, n in zip(self._slots, counts, strict=True) if s > second - WINDOW_S)
+
+    def deposit(self) -> None:
+        """A call started: it earns `budget` of a hedge."""
+        with self._lock:
+            _, i = self._slot()
+            self._calls[i] += 1
+
+    def withdraw(self) -> bool:
+        """A hedge wants to start: True (and counted) if the window allows one more."""
+        with self._lock:
+            second, i = self._slot()
+            allowed = self._ratio * self._live(self._calls, second) + self._floor
+            if self._live(self._hedges, second) + 1 > allowed:
+                return False
+            self._hedges[i] += 1
+            return True
+
+
+@dataclasses.dataclass(slots=True)
+class Copies:
+    """How one call was hedged: copies started (over its attempts), which one answered."""
+
+    started: int = 0
+    winner: int | None = None
+
+
+async def race(
+    call: Callable[[], Awaitable[Any]],
+    *,
+    name: str,
+    hedge: Hedge,
+    budget: HedgeBudget,
+    copies: Copies,
+) -> Any:
+    """`call()` hedged: copy 0 now, one more after each `hedge.delay(name)` while none has
+    answered (up to `max_copies`, while `budget` allows and the step's time left fits a typical
+    call). The first copy to return wins; the others are cancelled and have closed before this
+    returns. A copy that raises leaves the others running; when every copy raised, the first
+    error is raised. Runs inside the step's guard: when it is cut, every copy is cancelled.
+
+    Each copy is a task under a `Cut` of its own, cancelled once: an anyio task group would
+    cancel a copy again and again, and so cancel the clean-up of the task LangChain runs a
+    tool's coroutine in (httpcore closing the request), leaving the loser's connection open.
+    Off asyncio (trio), the call runs alone."""
+    budget.deposit()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        copies.started += 1
+        return await call()
+    delay = hedge.delay(name)
+    tasks: list[asyncio.Task[Any]] = []
+    cuts: dict[int, Cut] = {}
+
+    def start() -> None:
+        copies.started += 1
+        task = loop.create_task(_copy(call, cuts, len(tasks)))
+        task.add_done_callback(_retrieve)  # a loser's error is never "never retrieved"
+        tasks.append(task)
+
+    error: BaseException | None = None
+    try:
+        start()
+        pending = set(tasks)
+        next_at = None if delay is None else loop.time() + delay
+        while pending:
+            wait = None if next_at is None else max(0.0, next_at - loop.time())
+            done, pending = await asyncio.wait(pending, timeout=wait, return_when=FIRST_COMPLETED)
+            for task in sorted(done, key=tasks.index):
+                if task.cancelled():  # by the loop shutting down: no answer from it
+                    continue
+                if task.exception() is None:
+                    copies.winner = tasks.index(task)
+                    return task.result()
+                error = error or task.exception()
+            if done or next_at is None:
+                continue
+            if len(tasks) >= hedge.max_copies or remaining() < hedge.typical(name):
+                next_at = None
+            elif budget.withdraw():
+                start()
+                pending.add(tasks[-1])
+                next_at = None if delay is None else next_at + delay
+            else:
+                next_at = None
+        assert error is not None
+        raise error
+    finally:
+        await _stop(tasks, cuts)
+
+
+class _Lost(Exception):
+    """A copy cancelled because another answered (or the step ended)."""
+
+
+async def _copy(call: Callable[[], Awaitable[Any]], cuts: dict[int, Cut], i: int) -> Any:
+    """One copy of the call, cancellable once through `cuts[i]`."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task(loop)
+    assert task is not None
+    with Cut(loop, task) as cut:
+        cuts[i] = cut
+        return await call()
+    raise _Lost  # reached only when the cut swallowed its own cancellation
+
+
+async def _stop(tasks: list[asyncio.Task[Any]], cuts: dict[int, Cut]) -> None:
+    """Cancel the copies still running (each once) and wait, shielded, for them to close
+    (at most `CLOSE_GRACE_S`: a copy that ignores its cancellation is left to end alone); a
+    copy that has not started yet is cancelled before it runs (it has sent nothing)."""
+    running = [t for t in tasks if not t.done()]
+    for task in running:
+        cut = cuts.get(tasks.index(task))
+        if cut is None:
+            task.cancel()
+        else:
+            cut.cancel()
+    if running:
+        with anyio.move_on_after(CLOSE_GRACE_S, shield=True):
+            await asyncio.wait(running)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,373 @@
+"""Hedged read-only tools, against a real loopback server: a call that has not answered after
+its delay gets a second copy, the first answer wins, the loser's connection is closed at the
+server, the hedge budget bounds the extra load, and the run's deadline bounds everything."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import Any
+
+import httpx
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.graph import START, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from langgraph_deadline import (
+    DeadlineState,
+    Hedge,
+    LatencyBook,
+    StepRecord,
+    StepStatus,
+    deadline_tool,
+    deadline_tools,
+    with_deadlines,
+)
+from langgraph_deadline._tools.hedge import WINDOW_S, HedgeBudget
+from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, SlowServer
+from tests.agents.support import ask, assert_valid_history
+from tests.chat_models import openai_chat as chat
+
+MARGIN = 0.5  # a loaded 2-core machine
+
+pytestmark = pytest.mark.anyio
+
+
+def _call(query: str = "boots", id: str = "call-1") -> dict[str, Any]:
+    return {"type": "tool_call", "id": id, "name": "search", "args": {"query": query}}
+
+
+def _search(
+    server: SlowServer,
+    delays: list[float],
+    hedge: Hedge,
+    *,
+    client: httpx.AsyncClient | None = None,
+    **options: Any,
+) -> Any:
+    """A read-only search whose n-th request takes `delays[n]` s (the last one after that),
+    over `client` (shared by every call, as a process's client is) or a client of its own."""
+    n = itertools.count()
+
+    @deadline_tool(read_only=True, hedge=hedge, **options)
+    async def search(query: str) -> str:
+        """Search the catalogue."""
+        params = {"delay": delays[min(next(n), len(delays) - 1)], "q": query}
+        if client is not None:
+            return (await client.get(server.url("/slow"), params=params)).text
+        async with httpx.AsyncClient() as own:
+            return (await own.get(server.url("/slow"), params=params)).text
+
+    return search
+
+
+class _State(DeadlineState):
+    messages: list[Any]
+
+
+def _tool_graph(tool: Any) -> StateGraph[Any, Any, Any, Any]:
+    """START -> a ToolNode with `tool`: give it an AIMessage with tool calls."""
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(_State)
+    builder.add_node("tools", ToolNode([tool]))
+    builder.add_edge(START, "tools")
+    return builder
+
+
+def _tool_records(steps: list[StepRecord]) -> list[StepRecord]:
+    return [r for r in steps if r.kind == "tool"]
+
+
+# -- the race ----------------------------------------------------------------------------------
+
+
+async def test_a_straggler_is_hedged_the_fast_copy_answers_and_the_loser_is_closed_at_the_server(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), timeout=3.0)
+
+    t0 = time.monotonic()
+    message = await search.ainvoke(_call())
+    took = time.monotonic() - t0
+
+    assert isinstance(message, ToolMessage) and message.status == "success"
+    assert '"delay": 0.02' in message.text  # the second copy's answer
+    assert took < 1.0 + MARGIN  # not the straggler's 5 s
+    # the server notes its answer after writing it: the client may have read it before
+    assert slow_server.wait_for(lambda rs: rs[1].answered is not None, 1.0)
+    assert slow_server.wait_disconnected(1.0)
+    first, second = slow_server.requests
+    assert first.disconnected is not None and first.answered is None  # the loser was closed
+    assert first.disconnected - second.answered < MARGIN
+    [record] = _tool_records(steps)
+    assert (record.status, record.hedges, record.winner) == (StepStatus.COMPLETED, 1, 1)
+
+
+async def test_the_loser_over_a_client_shared_by_the_process_is_closed_and_leaves_the_pool(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    async with httpx.AsyncClient() as client:
+        search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), client=client, timeout=3.0)
+
+        message = await search.ainvoke(_call())
+
+        assert '"delay": 0.02' in message.text
+        assert slow_server.wait_disconnected(1.0)
+        assert slow_server.wait_for(lambda rs: rs[1].answered is not None, 1.0)
+        first, second = slow_server.requests
+        assert first.disconnected is not None and first.answered is None  # closed, not left
+        assert second.answered is not None and first.disconnected - second.answered < MARGIN
+        pool = client._transport._pool  # type: ignore[attr-defined]
+        assert all(c.is_idle() or c.is_closed() for c in pool.connections)
+
+
+async def test_a_call_that_answers_before_the_delay_is_not_hedged(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    search = _search(slow_server, [0.01], Hedge(after=1.0))
+
+    message = await search.ainvoke(_call())
+
+    assert message.status == "success"
+    assert len(slow_server.requests) == 1
+    [record] = _tool_records(steps)
+    assert (record.hedges, record.winner) == (0, None)
+
+
+async def test_the_first_copy_can_still_win_and_the_hedge_is_closed(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    search = _search(slow_server, [0.3, 5.0], Hedge(after=0.05), timeout=3.0)
+
+    message = await search.ainvoke(_call())
+
+    assert '"delay": 0.3' in message.text
+    assert slow_server.wait_disconnected(1.0)
+    assert slow_server.requests[1].disconnected is not None
+    [record] = _tool_records(steps)
+    assert (record.hedges, record.winner) == (1, 0)
+
+
+async def test_a_copy_that_fails_leaves_the_other_to_answer(slow_server: SlowServer) -> None:
+    n = itertools.count()
+
+    @deadline_tool(read_only=True, hedge=Hedge(after=0.05), timeout=3.0)
+    async def search(query: str) -> str:
+        """Search the catalogue."""
+        i = next(n)
+        async with httpx.AsyncClient() as client:
+            r = await client.get(slow_server.url("/slow"), params={"delay": 0.2 if i else 0.1})
+        if i == 0:
+            raise RuntimeError("the first copy broke")
+        return r.text
+
+    message = await search.ainvoke(_call())
+
+    assert message.status == "success" and '"delay": 0.2' in message.text
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own-client", "shared-client"])
+async def test_nothing_runs_past_the_deadline(
+    slow_server: SlowServer, steps: list[StepRecord], shared: bool
+) -> None:
+    hedge = Hedge(after=0.05, max_copies=3, floor_per_s=10.0)
+    async with httpx.AsyncClient() as client:
+        search = _search(slow_server, [5.0], hedge, client=client if shared else None, timeout=3.0)
+        graph = with_deadlines(_tool_graph(search), timeout=0.4, reserve=0.05)
+
+        t0 = time.monotonic()
+        out = await graph.ainvoke({"messages": [AIMessage("", tool_calls=[_call()])]})
+        took = time.monotonic() - t0
+
+    message = out["messages"][-1]
+    assert message.status == "error" and "did not answer within" in message.text
+    assert took < 0.4 + MARGIN
+    assert len(slow_server.requests) == 3  # every copy it could start
+    assert slow_server.wait_disconnected(1.0, count=3)  # and every one closed at the server
+    assert all(r.answered is None for r in slow_server.requests)
+    [record] = _tool_records(steps)
+    assert (record.status, record.hedges, record.winner) == (StepStatus.TIMED_OUT, 2, None)
+    assert record.clamped and record.allocated_ms is not None and record.allocated_ms <= 350
+
+
+async def test_no_copy_starts_when_the_time_left_cannot_fit_a_typical_call(
+    slow_server: SlowServer,
+) -> None:
+    book = LatencyBook(listen=False)
+    for _ in range(60):
+        book.record("tool", "search", 0.2)  # p50 = p95 = 0.2 s
+    search = _search(slow_server, [5.0], Hedge(book=book, min_samples=50), timeout=0.35)
+
+    message = await search.ainvoke(_call())  # at 0.2 s, 0.15 s is left: less than a typical call
+
+    assert message.status == "error"
+    assert len(slow_server.requests) == 1
+
+
+# -- the delay ---------------------------------------------------------------------------------
+
+
+def test_the_delay_is_the_books_quantile_once_warm_and_after_until_then() -> None:
+    book = LatencyBook(listen=False)
+    hedge = Hedge(book=book, after=0.5, quantile=0.95, min_samples=50)
+    assert hedge.delay("search") == 0.5
+    for i in range(100):
+        book.record("tool", "search", 0.1 if i < 95 else 1.0)
+    assert hedge.delay("search") == pytest.approx(0.1, rel=0.03)
+    assert hedge.typical("search") == pytest.approx(0.1, rel=0.03)
+    assert Hedge(book=LatencyBook(listen=False)).delay("search") is None  # cold, no after
+
+
+# -- the budget --------------------------------------------------------------------------------
+
+
+class _Clock:
+    now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_budget_allows_its_share_of_calls_plus_the_floor_and_forgets_after_the_window() -> None:
+    clock = _Clock()
+    budget = HedgeBudget(budget=0.05, floor_per_s=0.0, clock=clock)
+    for _ in range(40):
+        budget.deposit()
+    assert [budget.withdraw() for _ in range(3)] == [True, True, False]  # 5 % of 40
+    clock.now += WINDOW_S
+    assert not budget.withdraw()  # the calls left the window with their share
+    floored = HedgeBudget(budget=0.05, floor_per_s=0.1, clock=clock)
+    assert [floored.withdraw() for _ in range(2)] == [True, False]  # 0.1/s over 10 s
+
+
+async def test_the_hedge_budget_caps_extra_calls_under_a_burst(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    hedge = Hedge(after=0.05, budget=0.05, floor_per_s=0.0)
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
+        search = _search(slow_server, [0.6], hedge, client=client, timeout=10.0)
+
+        calls = (search.ainvoke(_call(id=f"c{i}")) for i in range(40))
+        messages = await asyncio.gather(*calls)
+
+    assert [m.status for m in messages] == ["success"] * 40
+    extra = len(slow_server.requests) - 40
+    assert 1 <= extra <= 2  # 5 % of 40 calls, though every call was past its delay
+    assert sum(r.hedges for r in _tool_records(steps)) == extra
+
+
+# -- what is refused ---------------------------------------------------------------------------
+
+
+async def _read(query: str) -> str:
+    """Read something."""
+    return query
+
+
+def test_a_tool_that_is_not_read_only_refuses_hedge() -> None:
+    with pytest.raises(ValueError, match=r"tool '_read': hedge needs read_only=True"):
+        deadline_tool(_read, hedge=Hedge(after=0.1))
+    with pytest.raises(ValueError, match="hedge needs read_only=True"):
+        deadline_tool(_read, side_effect=True, hedge=Hedge(after=0.1))
+    with pytest.raises(ValueError, match="hedge needs read_only=True"):
+        deadline_tools([_read], hedge=Hedge(after=0.1))
+
+
+def test_a_sync_tool_refuses_hedge() -> None:
+    def lookup(query: str) -> str:
+        """Look something up."""
+        return query
+
+    with pytest.raises(ValueError, match="hedge needs an async tool"):
+        deadline_tool(lookup, read_only=True, hedge=Hedge(after=0.1))
+
+
+def test_deadline_tools_hedges_only_the_read_only_tools() -> None:
+    async def write(query: str) -> str:
+        """Write something."""
+        return query
+
+    read, written = deadline_tools([_read, write], read_only=["_read"], hedge=Hedge(after=0.1))
+    assert read.hedge == Hedge(after=0.1) and written.hedge is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({}, ValueError, "needs after= .* or book="),
+        ({"after": -1.0}, ValueError, "after"),
+        ({"after": float("nan")}, ValueError, "after"),
+        ({"after": 0.1, "quantile": 1.0}, ValueError, "quantile must be in"),
+        ({"after": 0.1, "budget": 0.0}, ValueError, "budget must be in"),
+        ({"after": 0.1, "floor_per_s": -1.0}, ValueError, "floor_per_s must be >= 0"),
+        ({"after": 0.1, "max_copies": 1}, ValueError, "max_copies must be >= 2"),
+        ({"after": 0.1, "max_copies": 2.0}, TypeError, "max_copies must be an int"),
+        ({"after": 0.1, "min_samples": -1}, ValueError, "min_samples must be >= 0"),
+        ({"book": "book"}, TypeError, "book must be a LatencyBook"),
+    ],
+)
+def test_a_bad_hedge_is_refused_naming_the_argument(
+    kwargs: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words):
+        Hedge(**kwargs)
+
+
+def test_a_hedge_that_is_not_a_hedge_is_refused_naming_it() -> None:
+    with pytest.raises(TypeError, match="hedge must be a Hedge, got float"):
+        deadline_tool(_read, read_only=True, hedge=0.1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="hedge must be a Hedge"):
+        deadline_tools([_read], read_only=["_read"], hedge="p95")  # type: ignore[arg-type]
+
+
+def test_hedge_is_keyword_only_and_frozen() -> None:
+    with pytest.raises(TypeError):
+        Hedge(0.1)  # type: ignore[misc]
+    hedge = Hedge(after=1, quantile=0.9)
+    assert isinstance(hedge.after, float) and hedge.after == 1.0
+    with pytest.raises(AttributeError):
+        hedge.after = 0.2  # type: ignore[misc]
+
+
+# -- in a graph and an agent -------------------------------------------------------------------
+
+
+async def test_a_hedged_tool_in_a_tool_node_of_a_graph_with_deadlines_answers(
+    slow_server: SlowServer,
+) -> None:
+    search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), timeout=3.0)
+    graph = with_deadlines(_tool_graph(search), timeout=2.0)
+
+    t0 = time.monotonic()
+    out = await graph.ainvoke({"messages": [AIMessage("", tool_calls=[_call()])]})
+
+    assert time.monotonic() - t0 < 1.0 + MARGIN
+    answer = out["messages"][-1]
+    assert isinstance(answer, ToolMessage) and '"delay": 0.02' in answer.text
+    [record] = [r for r in out["deadline_trace"] if r.name == "search"]
+    assert (record.hedges, record.winner) == (1, 1)
+    assert slow_server.wait_disconnected(1.0)
+
+
+async def test_a_hedged_tool_in_create_agent_answers_the_model(
+    slow_server: SlowServer, server: FakeOpenAIServer
+) -> None:
+    search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), timeout=3.0)
+    server.enqueue(
+        ChatReply.tool_call("search", {"query": "boots"}), ChatReply.text("Boots in stock.")
+    )
+    agent = create_agent(chat(server), [search], middleware=[DeadlineMiddleware(timeout=5.0)])
+
+    t0 = time.monotonic()
+    out = await agent.ainvoke(ask())
+
+    assert time.monotonic() - t0 < 2.0 + MARGIN
+    assert_valid_history(out["messages"])
+    assert out["messages"][-1].text == "Boots in stock."
+    seen = server.requests[1].body["messages"]  # what the model read back
+    assert any(m["role"] == "tool" and '"delay": 0.02' in m["content"] for m in seen)
+    assert slow_server.wait_disconnected(1.0)
+    assert slow_server.requests[0].disconnected is not None
