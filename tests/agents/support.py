@@ -9,6 +9,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMes
 from langchain_core.tools import tool
 
 from langgraph_deadline import Deadline
+from langgraph_deadline.testing import FakeOpenAIServer
 
 MARGIN = 0.5  # generous: a loaded 2-core machine
 SLOW = 0.05  # seconds between token chunks of a "slow" model: 200 tokens take 10 s
@@ -50,3 +51,18 @@ def assert_valid_history(messages: list[AnyMessage]) -> None:
     assert not open_calls
     assert all(n == 1 for n in answered.values())
     assert isinstance(messages[-1], AIMessage) and not messages[-1].tool_calls
+
+
+def chat_named(server: FakeOpenAIServer, model: str, **options: Any) -> Any:
+    """A real streaming `ChatOpenAI` for `server`, under the model name `model` (the name a
+    fallback chain and a latency book know it by)."""
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    return ChatOpenAI(
+        base_url=server.base_url,
+        api_key=SecretStr("test"),
+        model=model,
+        streaming=True,
+        **options,
+    )

@@ -6,7 +6,6 @@ never past the deadline. Real `ChatOpenAI`s against local streaming servers: a s
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,29 +19,7 @@ from langgraph_deadline.agents import DeadlineMiddleware, budgeted_model
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, await_nothing_sent_after
 
 from .support import MARGIN, SLOW, ask, assert_valid_history, deadline_of, orders
-
-
-@pytest.fixture
-def slow() -> Iterator[FakeOpenAIServer]:
-    """The agent's own model: 200 tokens, one every 50 ms (10 s), unless scripted."""
-    with FakeOpenAIServer(default_reply=ChatReply.counting(200, chunk_interval=SLOW)) as s:
-        yield s
-
-
-@pytest.fixture
-def fast() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(default_reply=ChatReply.text("fast answer")) as s:
-        yield s
-
-
-def chat(server: FakeOpenAIServer, model: str, **options: Any) -> ChatOpenAI:
-    return ChatOpenAI(
-        base_url=server.base_url,
-        api_key=SecretStr("test"),
-        model=model,
-        streaming=True,
-        **options,
-    )
+from .support import chat_named as chat
 
 
 def book_of(seconds: float) -> LatencyBook:

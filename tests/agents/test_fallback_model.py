@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,29 +33,7 @@ from langgraph_deadline.agents import budgeted_model
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, await_nothing_sent_after
 
 from .support import MARGIN, SLOW
-
-
-@pytest.fixture
-def slow() -> Iterator[FakeOpenAIServer]:
-    """The main model's server: 200 tokens, one every 50 ms (10 s), unless scripted."""
-    with FakeOpenAIServer(default_reply=ChatReply.counting(200, chunk_interval=SLOW)) as s:
-        yield s
-
-
-@pytest.fixture
-def fast() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(default_reply=ChatReply.text("fast answer")) as s:
-        yield s
-
-
-def chat(server: FakeOpenAIServer, model: str, **options: Any) -> ChatOpenAI:
-    return ChatOpenAI(
-        base_url=server.base_url,
-        api_key=SecretStr("test"),
-        model=model,
-        streaming=True,
-        **options,
-    )
+from .support import chat_named as chat
 
 
 def slow_book(seconds: float = 2.0, n: int = 20) -> LatencyBook:
