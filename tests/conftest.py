@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -9,6 +10,25 @@ from langgraph_deadline import StepRecord
 from langgraph_deadline.instrument import StepEvent, get_observers, set_observers
 from langgraph_deadline.testing import FakeOpenAIServer, SlowServer
 from tests.postgres import postgres  # noqa: F401  (the shared fixture)
+
+
+def _keep_every_openai_client() -> None:
+    """langchain-openai caches its default httpx clients by base URL in an LRU of 128. The
+    suite starts more local model servers than that (a new port each): an evicted client is
+    closed by its `__del__` on whatever event loop runs then, a later test's, while its idle
+    connections belong to the closed loop of the test that made them ("Event loop is closed",
+    raised into that later test). Unbounded here, no client is evicted mid-suite."""
+    try:
+        from langchain_openai.chat_models import _client_utils as utils
+    except ImportError:
+        return
+    for name in ("_cached_async_httpx_client", "_cached_sync_httpx_client"):
+        cached = getattr(utils, name, None)
+        if cached is not None and hasattr(cached, "__wrapped__"):
+            setattr(utils, name, functools.lru_cache(maxsize=None)(cached.__wrapped__))
+
+
+_keep_every_openai_client()
 
 
 @pytest.fixture
