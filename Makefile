@@ -42,8 +42,11 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/langgraph-deadline demo
 
+# The notebooks run in a pytest of their own: their kernels then do not share the machine with
+# what the whole suite leaves alive in its process (servers, threads, clients) by its end.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q notebooks
 
 $(LOWEST_STAMP): pyproject.toml scripts/lowest-constraints.txt
 	$(PYTHON) -m venv $(LOWEST)
