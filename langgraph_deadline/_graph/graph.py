@@ -130,12 +130,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         limit = request_limit(cfg.get("configurable", {}), settings.timeout, settings.queue_time)
         input = entry_input(input, limit, fields=settings.has_fields)
         given = None if a_result(input) else deadline_given(input)
-        if self._resuming(input):
-            d = earliest(given, limit)  # and the thread's: see `resume`
-        else:
-            d = earliest(given, limit)
-            if settings.has_fields and isinstance(input, Mapping):
-                input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
+        d = earliest(given, limit)  # a resume's joins the thread's: see `resume`
+        if settings.has_fields and isinstance(input, Mapping):  # a new run's input
+            input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
         run = RunTracker(deadline=d, reserve=settings.reserve, resumable=saved(self, cfg))
         run.keep_partial = (
             settings.partial_answer and settings.closing_message and settings.reserve > 0
