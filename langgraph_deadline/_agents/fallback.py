@@ -29,6 +29,7 @@ from .._core.records import StepStatus
 from .._core.run import StepResult
 from .._core.validate import check_number, show
 from .._learn.book import LatencyBook
+from .provider import Rate, model_id
 
 __all__ = [
     "METADATA_KEY",
@@ -53,12 +54,14 @@ METADATA_KEY: Final = "langgraph_deadline"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Choice:
-    """One model of a chain: its step `name`, the model, its `cap` and `min_viable`."""
+    """One model of a chain: its step `name`, the model, its `cap` and `min_viable`, its
+    output `rate` (cuts `max_tokens`)."""
 
     name: str
     model: Runnable[LanguageModelInput, Any]
     cap: float | None = None
     min_viable: float = 0.0
+    rate: Rate | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,18 +88,6 @@ class Fallbacks:
     def with_models(self, models: Sequence[Choice]) -> Fallbacks:
         """The same rule over other models (the same ones with tools bound)."""
         return dataclasses.replace(self, models=tuple(models))
-
-
-def model_id(model: object) -> str:
-    """A model's name for its steps: its provider's model id (`model_name`, `model`, as in
-    `gpt-4o-mini`) when it has one, else LangChain's name for it (`ChatOpenAI`)."""
-    target = getattr(model, "bound", model)  # a RunnableBinding (bind_tools) wraps the model
-    for attr in ("model_name", "model"):
-        value = getattr(target, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    get_name = getattr(target, "get_name", None)
-    return str(get_name()) if callable(get_name) else type(target).__name__
 
 
 def fallbacks_of(
@@ -148,7 +139,9 @@ def fallbacks_of(
         if isinstance(model, BudgetedModel) and not (
             chat_models and not isinstance(model.model, BaseChatModel)
         ):
-            choice = Choice(model.step_name, model.model, model.cap, model.min_viable)
+            choice = Choice(
+                model.step_name, model.model, model.cap, model.min_viable, model.tokens_per_second
+            )
         elif isinstance(model, BaseChatModel):
             choice = Choice(model_id(model), model)
         else:

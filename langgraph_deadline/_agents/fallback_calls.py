@@ -25,9 +25,9 @@ from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult, run_async, run_sync
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state
-from .._graph.streams import PartialAnswer, collect_partial, stop_stream_at
+from .._graph.streams import stop_stream_at
 from .fallback import Choice, Fallbacks, Pick, mark_messages, pick, why_next
-from .model_calls import MODEL_STEP, gave_up, model_plan, model_result, with_budget
+from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
 from .run import skipped
 from .settings import MiddlewareSettings
 
@@ -115,14 +115,14 @@ def _then(
     chosen: Pick,
     result: StepResult[ModelResponse[Any]],
     earlier: list[StepRecord],
-    said: PartialAnswer | None,
+    said: str,
 ) -> Pick | Response:
     """After one model of the chain: the next one to try, or the agent's response."""
     choice = chain[chosen.at]
     why = why_next(choice, chosen.plan, result)
     later = None if why is None else pick(chain, chosen.at + 1, plan_of, rule, why=why)[0]
     if later is None:
-        return _settled(state, chosen, choice, result, earlier, said.text if said else "")
+        return _settled(state, chosen, choice, result, earlier, said)
     earlier.append(result.record)
     return later
 
@@ -150,9 +150,10 @@ async def acall_chain(
     earlier: list[StepRecord] = []
     while isinstance(step, Pick):
         call = _request_for(request, step, chain[step.at], settings)
-        said = PartialAnswer() if settings.partial_answer else None
-        with collect_partial(said):
+        ears = Ears.of(call, settings)
+        with ears.listening():
             result = await run_async(step.plan, partial(handler, call), passthrough=PASSTHROUGH)
+        said = ears.ended(result)
         step = _then(request.state, chain, plan_of, rule, step, result, earlier, said)
     return step
 
@@ -168,9 +169,10 @@ def call_chain(
     earlier: list[StepRecord] = []
     while isinstance(step, Pick):
         call = _request_for(request, step, chain[step.at], settings)
-        said = PartialAnswer() if settings.partial_answer else None
-        body = _body(handler, call, step.plan, said)
+        ears = Ears.of(call, settings)
+        body = _body(handler, call, step.plan, ears)
         result = run_sync(step.plan, body, passthrough=PASSTHROUGH)
+        said = ears.ended(result)
         step = _then(request.state, chain, plan_of, rule, step, result, earlier, said)
     return step
 
@@ -179,12 +181,12 @@ def _body(
     handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     call: ModelRequest[Any],
     plan: Plan,
-    said: PartialAnswer | None,
+    ears: Ears,
 ) -> Callable[[], ModelResponse[Any]]:
     stop = plan.step_deadline()
 
     def body() -> ModelResponse[Any]:
-        with stop_stream_at(stop, plan.name), collect_partial(said):
+        with stop_stream_at(stop, plan.name), ears.listening():
             return handler(call)
 
     return body

@@ -34,16 +34,18 @@ from .._core.record import child_records
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.rules import StepRule
 from .._core.run import run_async, run_sync
+from .._core.validate import show
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state, fresh_run_update
-from .._graph.streams import PartialAnswer, collect_partial, stop_stream_at
+from .._graph.streams import stop_stream_at
 from .._learn.book import LatencyBook
+from .._learn.policy import Learned
 from .._tools.tool import DeadlineTool
 from .closing import give_up
 from .fallback import MIN_SAMPLES, fallbacks_of
 from .fallback_calls import acall_chain, call_chain, none_can_start
 from .model import BudgetedModel
-from .model_calls import MODEL_STEP, gave_up, model_plan, model_result, with_budget
+from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
 from .run import RUN, DeadlineAgentState, elapsed_ms, fields, skipped
 from .settings import MiddlewareSettings
 from .tool_calls import ToolResult, ran_out, tool_plan, tool_result
@@ -64,7 +66,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       leaves `completed` to the parent, which learns a `deadline_exceeded`.
     - A model call gets `min(model_cap, remaining - reserve)`, is cancelled at it (async: the
       HTTP stream is closed, SDK retries included) and LangChain's OpenAI models also get it as
-      the request `timeout`. With `tokens_per_second`, `max_tokens` is cut to what fits.
+      the request `timeout`. With `tokens_per_second`, `max_tokens` is cut to what fits; given
+      `learned(book)`, the model's time to first token and output rate are learned per model
+      id from its streamed calls, and `max_tokens` is what fits after a slow first token at a
+      slow day's rate (your own `max_tokens` stays the most).
     - Below `model_min_viable` no model call starts. Whether a call was skipped or cut, the agent
       ends with a final assistant message saying the time ran out and listing what the tools
       had found (a cut call's streamed text first, marked as cut short; `partial_answer=False`
@@ -86,6 +91,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       deadline. A fallback's record (named by its model id) says what it stood in for in its
       `note`, and its `AIMessage` carries `response_metadata["langgraph_deadline"]["fallback"]`.
 
+    - With `budget_note=True` (opt-in), each model call's system message ends with a short
+      note: the seconds left and, from `latency_book`, what the tools it may call usually take,
+      so the model can plan fewer calls when time is short.
+
     List it first in `middleware=[...]`: it then wraps the others, so their retries and waits
     (`ModelRetryMiddleware`, `ToolRetryMiddleware`) are cut at the budget too.
 
@@ -94,7 +103,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             `tool_caps` is not a mapping, or the settings cannot fit (`reserve >= timeout`,
             `model_min_viable` above `timeout` less `reserve`, or above `model_cap`);
             `fallback_models` empty, holding a non-model or two models of one name;
-            `latency_book` without `fallback_models`; `fallback_quantile` outside (0, 1).
+            `latency_book` without `fallback_models` or `budget_note`; `fallback_quantile`
+            outside (0, 1); `budget_note` not a bool.
     """
 
     state_schema = DeadlineAgentState
@@ -108,18 +118,20 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         default_tool_cap: float | StepRule | None = None,
         model_cap: float | None = None,
         model_min_viable: float = 0.0,
-        tokens_per_second: float | None = None,
+        tokens_per_second: float | Learned | None = None,
         partial_answer: bool = True,
         fallback_models: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
         latency_book: LatencyBook | None = None,
         fallback_quantile: float = 0.9,
+        budget_note: bool = False,
     ) -> None:
         super().__init__()
+        book = _book_for_note(latency_book, fallback_models, budget_note)
         fallbacks = fallbacks_of(
             fallback_models,
             label="fallback_models",
             taken=MODEL_STEP,
-            book=latency_book,
+            book=None if fallback_models is None else latency_book,
             quantile=fallback_quantile,
             min_samples=MIN_SAMPLES,
             book_label="latency_book",
@@ -136,6 +148,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             tokens_per_second=tokens_per_second,
             partial_answer=partial_answer,
             fallbacks=fallbacks,
+            budget_note=budget_note,
+            book=book,
         )
         self.tools = []
 
@@ -166,12 +180,16 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return self.settings.model_min_viable
 
     @property
-    def tokens_per_second(self) -> float | None:
+    def tokens_per_second(self) -> float | Learned | None:
         return self.settings.tokens_per_second
 
     @property
     def partial_answer(self) -> bool:
         return self.settings.partial_answer
+
+    @property
+    def budget_note(self) -> bool:
+        return self.settings.budget_note
 
     @property
     def fallback_models(self) -> tuple[str, ...]:
@@ -260,10 +278,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if plan.skip:
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
-        said = PartialAnswer() if self.settings.partial_answer else None
-        with collect_partial(said):
+        ears = Ears.of(budgeted, self.settings)
+        with ears.listening():
             result = await run_async(plan, lambda: handler(budgeted), passthrough=PASSTHROUGH)
-        return model_result(request.state, result, partial=said.text if said else "")
+        return model_result(request.state, result, partial=ears.ended(result))
 
     def wrap_model_call(
         self,
@@ -279,15 +297,14 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
         stop = plan.step_deadline()
-
-        said = PartialAnswer() if self.settings.partial_answer else None
+        ears = Ears.of(budgeted, self.settings)
 
         def body() -> ModelResponse[Any]:
-            with stop_stream_at(stop, MODEL_STEP), collect_partial(said):
+            with stop_stream_at(stop, MODEL_STEP), ears.listening():
                 return handler(budgeted)
 
         result = run_sync(plan, body, passthrough=PASSTHROUGH)
-        return model_result(request.state, result, partial=said.text if said else "")
+        return model_result(request.state, result, partial=ears.ended(result))
 
     # -- tool calls ----------------------------------------------------------------------------
 
@@ -340,3 +357,19 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
         result = run_sync(plan, body, commit=own, passthrough=PASSTHROUGH)
         return handed_on(tool_result(request, plan, result, inner, own=own), request.state)
+
+
+def _book_for_note(
+    book: object, fallback_models: object, budget_note: object
+) -> LatencyBook | None:
+    """`latency_book` checked: a book, read to choose a fallback or for the budget note."""
+    if book is None:
+        return None
+    if not isinstance(book, LatencyBook):
+        raise TypeError(f"latency_book must be a LatencyBook or None, got {show(book)}")
+    if fallback_models is None and budget_note is not True:
+        raise ValueError(
+            "latency_book is read to choose a fallback and for the budget note: "
+            "give fallback_models or budget_note=True too"
+        )
+    return book

@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar, cast
 import anyio
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.runnables.config import merge_configs
 
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, plan_step
@@ -33,6 +34,7 @@ from .._core.validate import check_cap, check_seconds
 from .._graph.seams import PASSTHROUGH
 from .._graph.streams import stop_stream_config
 from .._learn.book import LatencyBook
+from .._learn.policy import Learned
 from .fallback import (
     MIN_SAMPLES,
     Choice,
@@ -44,7 +46,8 @@ from .fallback import (
     pick,
     why_next,
 )
-from .provider import provider_options
+from .provider import Rate, call_options, check_rate
+from .timing import timing_for
 
 __all__ = ["BudgetedModel", "ModelLimits", "budgeted_model"]
 
@@ -54,19 +57,23 @@ T = TypeVar("T")
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ModelLimits:
     """What one budgeted model may take of the deadline: at most `cap`, never less than
-    `min_viable`; `name` is its steps' name. Checked when made.
+    `min_viable`; `name` is its steps' name; `tokens_per_second` (a rate, or learned) cuts
+    `max_tokens` to what its budget can stream. Checked when made.
 
     Raises:
-        TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0.
+        TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0,
+            `tokens_per_second` neither a number > 0 nor `learned(...)`.
     """
 
     name: str
     cap: float | None = None
     min_viable: float = 0.0
+    tokens_per_second: Rate | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cap", check_cap(self.cap, "cap"))
         object.__setattr__(self, "min_viable", check_seconds(self.min_viable, "min_viable"))
+        object.__setattr__(self, "tokens_per_second", check_rate(self.tokens_per_second))
 
 
 class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
@@ -84,7 +91,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         self.model = model
         self._limits = limits
         self._fallbacks = fallbacks
-        main = Choice(limits.name, model, limits.cap, limits.min_viable)
+        main = Choice(limits.name, model, limits.cap, limits.min_viable, limits.tokens_per_second)
         self._chain = (main, *(() if fallbacks is None else fallbacks.models))
         self._rule = fallbacks or Fallbacks(models=())
 
@@ -100,6 +107,10 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
     @property
     def min_viable(self) -> float:
         return self._limits.min_viable
+
+    @property
+    def tokens_per_second(self) -> Rate | None:
+        return self._limits.tokens_per_second
 
     @property
     def fallbacks(self) -> tuple[str, ...]:
@@ -209,15 +220,25 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
     ) -> StepResult[T]:
         """One model of the chain called on a worker thread, under its plan."""
-        model, plan = self._chain[chosen.at].model, chosen.plan
-        options = {**provider_options(model, plan.budget), **kwargs}
+        choice, plan = self._chain[chosen.at], chosen.plan
+        model = choice.model
+        options = {
+            **kwargs,
+            **call_options(model, plan.budget, kwargs, tokens_per_second=choice.rate),
+        }
+        timing = timing_for(model, choice.rate)
         call_cfg = stop_stream_config(cfg, plan.step_deadline(), plan.name)
-        return run_sync(
+        if timing is not None:
+            call_cfg = merge_configs(call_cfg, {"callbacks": [timing]})
+        result = run_sync(
             plan,
             lambda: model.invoke(input, call_cfg, **options),
             run=run_from_config(cfg),
             passthrough=PASSTHROUGH,
         )
+        if timing is not None:
+            timing.close(cut=result.status.cut)
+        return result
 
     async def ainvoke(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
@@ -245,14 +266,23 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
     ) -> StepResult[T]:
         """One model of the chain called under its plan, cancelled at its budget."""
-        model, plan = self._chain[chosen.at].model, chosen.plan
-        options = {**provider_options(model, plan.budget), **kwargs}
-        return await run_async(
+        choice, plan = self._chain[chosen.at], chosen.plan
+        model = choice.model
+        options = {
+            **kwargs,
+            **call_options(model, plan.budget, kwargs, tokens_per_second=choice.rate),
+        }
+        timing = timing_for(model, choice.rate)
+        call_cfg = cfg if timing is None else merge_configs(cfg, {"callbacks": [timing]})
+        result = await run_async(
             plan,
-            lambda: model.ainvoke(input, cfg, **options),
+            lambda: model.ainvoke(input, call_cfg, **options),
             run=run_from_config(cfg),
             passthrough=PASSTHROUGH,
         )
+        if timing is not None:
+            timing.close(cut=result.status.cut)
+        return result
 
     def __repr__(self) -> str:
         more = f", fallbacks={list(self.fallbacks)!r}" if self._fallbacks is not None else ""
@@ -280,6 +310,7 @@ def budgeted_model(
     fallbacks: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
     book: LatencyBook | None = None,
     quantile: float = 0.9,
+    tokens_per_second: float | Learned | None = None,
 ) -> BudgetedModel[Any]:
     """A chat model whose every call gets `min(cap, remaining)` of the deadline in context.
 
@@ -302,6 +333,13 @@ def budgeted_model(
     and its `AIMessage` carries `response_metadata["langgraph_deadline"] = {"fallback": name,
     "reason": why}`.
 
+    `tokens_per_second` cuts each call's `max_tokens` to what its budget can stream (never above
+    a `max_tokens` the model or call already has). Given `learned(book, quantile=0.9)`, the
+    model's time to first token and seconds per token are learned per model id from its calls
+    (which then stream), and `max_tokens` is what fits in the budget after the learned
+    `quantile` of time to first token, at the learned `quantile` of seconds per token; until
+    the book holds `min_samples` of each, no `max_tokens` is set.
+
     ```python
     llm = budgeted_model(ChatOpenAI(model="gpt-4o-mini"), cap=20.0, min_viable=2.0)
 
@@ -310,7 +348,8 @@ def budgeted_model(
     ```
 
     Raises:
-        TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0; `fallbacks`
+        TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0;
+            `tokens_per_second` neither a number > 0 nor `learned(...)`; `fallbacks`
             is empty, holds a non-model or two models of one name; `book` without `fallbacks`;
             `quantile` outside (0, 1).
         DeadlineExceeded: (from a call) not started for lack of budget, or cut at its budget.
@@ -320,7 +359,9 @@ def budgeted_model(
     if not isinstance(model, Runnable):
         raise TypeError(f"budgeted_model() needs a chat model, got {type(model).__name__}")
     default = model.get_name() if fallbacks is None else model_id(model)
-    limits = ModelLimits(cap=cap, min_viable=min_viable, name=name or default)
+    limits = ModelLimits(
+        cap=cap, min_viable=min_viable, name=name or default, tokens_per_second=tokens_per_second
+    )
     chain = fallbacks_of(
         fallbacks,
         label="fallbacks",

@@ -3,8 +3,9 @@ it, and what a call that completed, was skipped or was cut turns into."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, NamedTuple
 
 from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, ModelResponse
 from langgraph.types import Command
@@ -13,11 +14,15 @@ from .._core.plan import Plan, plan_step
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
 from .._graph.state import deadline_from_state
+from .._graph.streams import PartialAnswer, callbacks_in_context
 from .closing import give_up
-from .provider import provider_options, settings_max_tokens
+from .fallback import MIN_SAMPLES
+from .note import budget_note, tool_times, with_note
+from .provider import call_options
 from .settings import MiddlewareSettings
+from .timing import StreamTiming, timing_for
 
-__all__ = ["MODEL_STEP", "gave_up", "model_plan", "model_result", "with_budget"]
+__all__ = ["MODEL_STEP", "Ears", "gave_up", "model_plan", "model_result", "with_budget"]
 
 MODEL_STEP: Final = "model"
 """The name model calls have in step records and outcomes (`create_agent`'s node name)."""
@@ -40,20 +45,42 @@ def with_budget(
     request: ModelRequest[Any], plan: Plan, settings: MiddlewareSettings
 ) -> ModelRequest[Any]:
     """`request` with the budget in its model settings (`timeout`, `max_tokens`): never later
-    than a `timeout` the request already has."""
+    than a `timeout` the request already has; with `budget_note`, the note in its system
+    message."""
+    if settings.budget_note and plan.remaining is not None:
+        times = tool_times(settings.book, request.tools, min_samples=MIN_SAMPLES)
+        request = with_note(request, budget_note(plan.remaining, times))
     model_settings = request.model_settings
-    options = provider_options(
-        request.model,
-        plan.budget,
-        tokens_per_second=settings.tokens_per_second,
-        max_tokens=settings_max_tokens(request.model, model_settings),
+    options = call_options(
+        request.model, plan.budget, model_settings, tokens_per_second=settings.tokens_per_second
     )
-    given = model_settings.get("timeout")
-    if "timeout" in options and isinstance(given, int | float) and given > 0:
-        options["timeout"] = min(options["timeout"], given)
     if not options:
         return request
     return request.override(model_settings={**model_settings, **options})
+
+
+class Ears(NamedTuple):
+    """What listens to one model call's stream: the text it said (for a cut call's partial
+    answer) and its timing (for a learned rate). `Ears.of` makes them; `listening()` hands them
+    to the call; `ended` closes them and returns what the call had said."""
+
+    said: PartialAnswer | None
+    timing: StreamTiming | None
+
+    @classmethod
+    def of(cls, request: ModelRequest[Any], settings: MiddlewareSettings) -> Ears:
+        said = PartialAnswer() if settings.partial_answer else None
+        return cls(said, timing_for(request.model, settings.tokens_per_second))
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        with callbacks_in_context(self.said, self.timing):
+            yield
+
+    def ended(self, result: StepResult[Any]) -> str:
+        if self.timing is not None:
+            self.timing.close(cut=result.status.cut)
+        return self.said.text if self.said else ""
 
 
 def model_result(

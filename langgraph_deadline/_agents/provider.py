@@ -1,35 +1,86 @@
 """What the provider learns of a model call's budget: a request `timeout` for models known to
-pass it to their SDK, and `max_tokens` cut to what the budget can stream."""
+pass it to their SDK, and `max_tokens` cut to what the budget can stream (at a rate given, or
+learned per model id)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["provider_options", "settings_max_tokens"]
+from .._learn.policy import Learned
+
+__all__ = [
+    "Rate",
+    "call_options",
+    "check_rate",
+    "model_id",
+    "provider_options",
+    "settings_max_tokens",
+]
+
+Rate = float | Learned
+"""A model's output rate: tokens per second, or learned (time to first token and seconds per
+token, per model id, from its streamed calls)."""
 
 _TIMEOUT_MODULES = ("langchain_openai.",)
 """Model classes whose per-call `timeout` keyword reaches their SDK as a request timeout
 (checked against the OpenAI SDK: `create(timeout=...)`, shown in `x-stainless-read-timeout`)."""
 
 
+def _target(model: object) -> object:
+    return getattr(model, "bound", model)  # a RunnableBinding (bind_tools) wraps the model
+
+
 def _takes_timeout(model: object) -> bool:
-    target = getattr(model, "bound", model)  # a RunnableBinding (bind_tools) wraps the model
-    return any(cls.__module__.startswith(_TIMEOUT_MODULES) for cls in type(target).__mro__[:-1])
+    return any(
+        cls.__module__.startswith(_TIMEOUT_MODULES) for cls in type(_target(model)).__mro__[:-1]
+    )
+
+
+def model_id(model: object) -> str:
+    """A model's name for its steps: its provider's model id (`model_name`, `model`, as in
+    `gpt-4o-mini`) when it has one, else LangChain's name for it (`ChatOpenAI`)."""
+    target = _target(model)
+    for attr in ("model_name", "model"):
+        value = getattr(target, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    get_name = getattr(target, "get_name", None)
+    return str(get_name()) if callable(get_name) else type(target).__name__
+
+
+def check_rate(value: object, name: str = "tokens_per_second") -> Rate | None:
+    """`value` as a model's output rate: None, a finite number > 0, or `learned(book, ...)`."""
+    if value is None or isinstance(value, Learned):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"{name} must be a number or learned(book, ...), got {type(value).__name__}"
+        )
+    rate = float(value)
+    if not (rate > 0 and rate != float("inf")):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return rate
+
+
+def _tokens_within(model: object, budget: float, rate: Rate) -> int | None:
+    if isinstance(rate, Learned):
+        return rate.tokens_within(model_id(model), budget)
+    return max(1, int(budget * rate))
 
 
 def provider_options(
     model: object,
     budget: float | None,
     *,
-    tokens_per_second: float | None = None,
+    tokens_per_second: Rate | None = None,
     max_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments that tell the provider about a call's budget.
 
     `timeout=budget` for models known to pass it to their SDK (LangChain's OpenAI family);
-    with `tokens_per_second`, `max_tokens` clamped to what the budget can stream (never above
-    `max_tokens`, the limit already set). Nothing without a budget.
+    with `tokens_per_second` (a rate, or learned), `max_tokens` clamped to what the budget can
+    stream (never above `max_tokens`, the limit already set). Nothing without a budget.
     """
     options: dict[str, Any] = {}
     if budget is None:
@@ -37,14 +88,44 @@ def provider_options(
     if _takes_timeout(model):
         options["timeout"] = max(budget, 0.001)  # 0 means "no timeout" to some clients
     if tokens_per_second is not None:
-        fits = max(1, int(budget * tokens_per_second))
-        options["max_tokens"] = fits if max_tokens is None else min(fits, max_tokens)
+        fits = _tokens_within(model, budget, tokens_per_second)
+        if fits is not None:
+            options["max_tokens"] = fits if max_tokens is None else min(fits, max_tokens)
     return options
 
 
 def settings_max_tokens(model: object, settings: Mapping[str, Any]) -> int | None:
-    """The output-token limit already in force for a call: its settings', else the model's."""
-    for value in (settings.get("max_tokens"), getattr(model, "max_tokens", None)):
+    """The output-token limit already in force for a call: its settings', else the model's
+    (or, for a model with tools bound, the binding's or the model's)."""
+    target = _target(model)
+    bound = getattr(model, "kwargs", None) if target is not model else None
+    values = [settings.get("max_tokens"), settings.get("max_completion_tokens")]
+    if isinstance(bound, Mapping):
+        values += [bound.get("max_tokens"), bound.get("max_completion_tokens")]
+    values.append(getattr(target, "max_tokens", None))
+    for value in values:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
+
+
+def call_options(
+    model: object,
+    budget: float | None,
+    given: Mapping[str, Any],
+    *,
+    tokens_per_second: Rate | None = None,
+) -> dict[str, Any]:
+    """What to set on a call that has the options `given` (its keyword arguments, a request's
+    model settings) for its budget: never a later `timeout`, nor more `max_tokens`, than
+    those it has."""
+    options = provider_options(
+        model,
+        budget,
+        tokens_per_second=tokens_per_second,
+        max_tokens=settings_max_tokens(model, given),
+    )
+    timeout = given.get("timeout")
+    if "timeout" in options and isinstance(timeout, int | float) and timeout > 0:
+        options["timeout"] = min(options["timeout"], timeout)
+    return options

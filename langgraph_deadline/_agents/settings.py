@@ -8,7 +8,9 @@ from collections.abc import Mapping
 
 from .._core.rules import StepRule
 from .._core.validate import check_cap, check_fits, check_limit, check_mapping, check_seconds
+from .._learn.book import LatencyBook
 from .fallback import Fallbacks
+from .provider import Rate, check_rate
 
 __all__ = ["MiddlewareSettings"]
 
@@ -16,14 +18,15 @@ __all__ = ["MiddlewareSettings"]
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class MiddlewareSettings:
     """The run's `timeout` and `reserve`, the caps of model and tool calls, the least time a
-    model call needs (`model_min_viable`), the model's `tokens_per_second` if known, and whether
-    a cut model call's streamed text is kept (`partial_answer`), and the models to fall back
-    to (`fallbacks`). Checked when made; `tool_caps`
-    is kept read-only; tool caps may be learned (`StepRule`s). See `DeadlineMiddleware`.
+    model call needs (`model_min_viable`), the model's `tokens_per_second` if known (or
+    learned), whether a cut model call's streamed text is kept (`partial_answer`), the models
+    to fall back to (`fallbacks`), whether model calls get the budget note (`budget_note`) and
+    the book its tool times come from (`book`). Checked when made; `tool_caps` is kept
+    read-only; tool caps may be learned (`StepRule`s). See `DeadlineMiddleware`.
 
     Raises:
         TypeError, ValueError: a time is not a finite number >= 0, or `tokens_per_second` <= 0;
-            `partial_answer` is not a bool.
+            `partial_answer` or `budget_note` is not a bool.
     """
 
     timeout: float | None = None
@@ -32,9 +35,11 @@ class MiddlewareSettings:
     default_tool_cap: float | StepRule | None = None
     model_cap: float | None = None
     model_min_viable: float = 0.0
-    tokens_per_second: float | None = None
+    tokens_per_second: Rate | None = None
     partial_answer: bool = True
     fallbacks: Fallbacks | None = None  # checked by `fallbacks_of` when the middleware is made
+    budget_note: bool = False
+    book: LatencyBook | None = None  # checked when the middleware is made
 
     def __post_init__(self) -> None:
         checked = {  # in the order of the arguments: the first mistake is the one reported
@@ -49,10 +54,11 @@ class MiddlewareSettings:
             "default_tool_cap": check_limit(self.default_tool_cap, "default_tool_cap"),
             "model_cap": check_cap(self.model_cap, "model_cap"),
             "model_min_viable": check_seconds(self.model_min_viable, "model_min_viable"),
-            "tokens_per_second": _check_rate(self.tokens_per_second),
+            "tokens_per_second": check_rate(self.tokens_per_second),
         }
-        if not isinstance(self.partial_answer, bool):
-            raise TypeError(f"partial_answer must be a bool, got {self.partial_answer!r}")
+        for flag in ("partial_answer", "budget_note"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         for name, value in checked.items():
             object.__setattr__(self, name, value)
         check_fits(
@@ -69,14 +75,3 @@ class MiddlewareSettings:
     def tool_cap(self, name: str) -> float | StepRule | None:
         """The cap of tool `name`: its own in `tool_caps`, else `default_tool_cap`."""
         return self.tool_caps.get(name, self.default_tool_cap)
-
-
-def _check_rate(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"tokens_per_second must be a number, got {type(value).__name__}")
-    rate = float(value)
-    if not (rate > 0 and rate != float("inf")):
-        raise ValueError(f"tokens_per_second must be a finite number > 0, got {value!r}")
-    return rate

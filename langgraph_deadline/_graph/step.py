@@ -22,7 +22,7 @@ from .messages import messages_of
 from .seams import PASSTHROUGH, node_attempt
 from .settings import NodeSettings
 from .state import deadline_from_state
-from .streams import PartialAnswer, collect_partial, stop_stream_at, stop_stream_config
+from .streams import PartialAnswer, callbacks_in_context, stop_stream_at, stop_stream_config
 
 __all__ = ["NodeStep"]
 
@@ -96,7 +96,7 @@ class NodeStep:
         if stop is None:
 
             def guarded() -> Any:
-                with collect_partial(said):  # model calls that read the context
+                with callbacks_in_context(said):  # model calls that read the context
                     return body(config)
         else:
             stopping = stop_stream_config(config, stop, self.name)
@@ -137,7 +137,7 @@ class NodeStep:
         with (
             child_records() as children,
             StepRun(plan, run, passthrough=PASSTHROUGH) as step,
-            collect_partial(said),
+            callbacks_in_context(said),
         ):
             step.value = await body()  # in this coroutine: one frame fewer than run_async's
         kept(said, step.result, run)

@@ -15,7 +15,7 @@ from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.observe import TokensEvent, emit_tokens
 
-__all__ = ["PartialAnswer", "collect_partial", "stop_stream_at", "stop_stream_config"]
+__all__ = ["PartialAnswer", "callbacks_in_context", "stop_stream_at", "stop_stream_config"]
 
 
 class _StopStream(BaseCallbackHandler):
@@ -87,13 +87,15 @@ class PartialAnswer(BaseCallbackHandler):
 
 
 @contextlib.contextmanager
-def collect_partial(collector: PartialAnswer | None) -> Iterator[None]:
-    """The runnable config in context gets `collector` for the block: model calls made there
-    without a config of their own (LangChain's agent loop) report their tokens to it."""
-    if collector is None:
+def callbacks_in_context(*handlers: BaseCallbackHandler | None) -> Iterator[None]:
+    """The runnable config in context gets `handlers` (the Nones left out) for the block:
+    model calls made there without a config of their own (LangChain's agent loop) report
+    their tokens to them."""
+    given = [h for h in handlers if h is not None]
+    if not given:
         yield
         return
-    cfg = merge_configs(ensure_config(var_child_runnable_config.get()), {"callbacks": [collector]})
+    cfg = merge_configs(ensure_config(var_child_runnable_config.get()), {"callbacks": given})
     token = var_child_runnable_config.set(cfg)
     try:
         yield

@@ -28,11 +28,16 @@ from .._core.validate import check_seconds
 from .shared import Shared
 from .sketch import BUCKETS, LatencySketch, bucket_of, empty_counts
 
-__all__ = ["KINDS", "LatencyBook", "Tally"]
+__all__ = ["FIRST_TOKEN", "KINDS", "PER_TOKEN", "LatencyBook", "Tally"]
 
 log = logging.getLogger("langgraph_deadline")
 
 KINDS: Final[tuple[StepKind, ...]] = ("node", "tool", "model", "http")
+FIRST_TOKEN: Final = "first_token"
+"""A model's time to its first streamed token, keyed by model id (fed by `_agents/timing.py`)."""
+PER_TOKEN: Final = "per_token"
+"""A model's seconds per output token once it streams: its output rate, inverted (a duration,
+so the same sketch keeps it; a high quantile is a slow day's rate)."""
 _CENSORED: Final = frozenset({StepStatus.TIMED_OUT, StepStatus.ABANDONED, StepStatus.STALE})
 Key = tuple[str, str]  # (kind, name)
 

@@ -17,7 +17,7 @@ from typing import Final
 
 from .._core.rules import StepRule
 from .._core.validate import check_cap, check_number, check_seconds, show
-from .book import KINDS, LatencyBook
+from .book import FIRST_TOKEN, KINDS, PER_TOKEN, LatencyBook
 from .sketch import LatencySketch
 
 __all__ = ["Learned", "learned"]
@@ -32,6 +32,7 @@ class _Numbers:
     cap: float | None
     min_viable: float
     typical: float  # the learned median: what a step needs to be worth running at all
+    high: float = 0.0  # the learned `quantile` itself
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -64,7 +65,7 @@ class Learned(StepRule):
         cap = high.seconds * self.headroom
         if self.ceiling is not None:
             cap = min(cap, self.ceiling)
-        numbers = _Numbers(count, cap, low.seconds, mid.seconds)
+        numbers = _Numbers(count, cap, low.seconds, mid.seconds, high.seconds)
         self._memo[(kind, name)] = numbers
         return numbers
 
@@ -104,6 +105,16 @@ class Learned(StepRule):
                 after += est.seconds
         self._memo[_THEN] = _Numbers(count, None, 0.0, after)
         return after
+
+    def tokens_within(self, model: str, budget: float) -> int | None:
+        """Output tokens model `model` (its id) can stream in `budget`: what is left after its
+        learned `quantile` of time to first token, at its learned `quantile` of seconds per
+        token (a slow day's rate); at least 1. None while either is cold."""
+        first = self._numbers(FIRST_TOKEN, model)
+        per = self._numbers(PER_TOKEN, model)
+        if first is None or per is None:
+            return None
+        return max(1, int((budget - first.high) / per.high))
 
     def refusal(self, kind: str, name: str, budget: float) -> str:
         sk = self.book.sketch(name, kind)

@@ -50,6 +50,16 @@ class ServedChatRequest:
         return model if isinstance(model, str) else None
 
     @property
+    def max_tokens(self) -> int | None:
+        """The output-token limit asked for (`max_completion_tokens`, else `max_tokens`): the
+        server stops there, with `finish_reason` `"length"`, as OpenAI does."""
+        for key in ("max_completion_tokens", "max_tokens"):
+            value = self.body.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    @property
     def chunks_sent(self) -> int:
         return len(self.chunk_times)
 

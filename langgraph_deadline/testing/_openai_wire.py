@@ -1,5 +1,9 @@
 """One response of `FakeOpenAIServer` in the OpenAI wire format: the wait before the first byte,
-the JSON completion or the SSE stream of chunks, the JSON errors, and the disconnect watch.
+the JSON completion or the SSE stream of chunks (stopped at `max_tokens`), the JSON errors,
+and the disconnect watch.
+
+One module because the waits, the bodies and the disconnect watch of one response share its
+state (what was sent, whether the client is gone): `Exchange`.
 """
 
 from __future__ import annotations
@@ -203,16 +207,23 @@ class Exchange:
         return sum(len(words(json.dumps(m))) for m in messages)
 
     async def _complete(self) -> None:
-        """Non-streaming: the whole answer after as long as streaming it would have taken."""
+        """Non-streaming: the whole answer after as long as streaming it would have taken (cut
+        at `max_tokens` text tokens, when the answer is text)."""
         calls = self._tool_calls()
         n_tokens = len(self.reply.tokens) + sum(
             1 + math.ceil(len(args) / _ARGUMENT_PIECE) for _, _, args in calls
         )
+        limit = self.rec.max_tokens
+        cut = limit is not None and n_tokens > limit
+        tokens = self.reply.tokens[:limit] if cut else self.reply.tokens
+        if cut:
+            assert limit is not None
+            n_tokens, calls = limit, []
         if await self._pause(n_tokens * self.interval):
             return
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": self.reply.content or (None if calls else ""),
+            "content": "".join(tokens) or (None if calls else ""),
             "refusal": None,
         }
         if calls:
@@ -231,7 +242,7 @@ class Exchange:
                     "index": 0,
                     "message": message,
                     "logprobs": None,
-                    "finish_reason": "tool_calls" if calls else "stop",
+                    "finish_reason": "length" if cut else "tool_calls" if calls else "stop",
                 }
             ],
             "usage": self._usage(self._prompt_tokens(), n_tokens),
@@ -278,13 +289,20 @@ class Exchange:
             for p in range(0, len(args), _ARGUMENT_PIECE):
                 piece = args[p : p + _ARGUMENT_PIECE]
                 deltas.append({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-        for delta in deltas:
+        limit = self.rec.max_tokens
+        for delta in deltas[:limit]:
             if await self._pause(self.interval):
                 return
             if not await self._body(self._event(delta), more=True, chunk=True):
                 return
             sent += 1
-        finish = "tool_calls" if calls else "stop"
+        finish = (
+            "length"
+            if limit is not None and len(deltas) > limit
+            else "tool_calls"
+            if calls
+            else "stop"
+        )
         tail = self._event({}, finish)
         if self.include_usage:
             tail += self._event(None, usage=self._usage(self._prompt_tokens(), sent))

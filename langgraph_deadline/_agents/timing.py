@@ -1,0 +1,103 @@
+"""A model call's stream, timed for the latency book: its time to first token and its seconds
+per output token, keyed by model id, so `max_tokens` can follow the time left.
+
+A `StreamTiming` is a callback handler made for one call, just before it starts; the wrapper
+that made it calls `close` once the call ended. A call cut before its first token is a
+censored sample of time to first token ("longer than this"); one cut mid-stream still tells its
+rate. A call that failed before its first token teaches nothing. It also makes the call stream
+(it has the shape LangChain looks for to stream a model's `invoke`, as LangGraph's "messages"
+stream mode does): the answer is the same, and only a streamed call has a first token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, TypeVar
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.outputs import ChatGeneration, LLMResult
+
+from .._learn.book import FIRST_TOKEN, PER_TOKEN, LatencyBook
+from .._learn.policy import Learned
+from .provider import Rate, model_id
+
+__all__ = ["StreamTiming", "timing_for"]
+
+T = TypeVar("T")
+
+
+class StreamTiming(BaseCallbackHandler):
+    """Times one model call's stream for `book` under the model id `name` (see the module)."""
+
+    run_inline = True
+
+    def __init__(self, book: LatencyBook, name: str) -> None:
+        self.book = book
+        self.name = name
+        self.started = time.perf_counter()
+        self.first: float | None = None
+        self.last = 0.0
+        self.tokens = 0
+        self.usage: int | None = None
+        self.closed = False
+
+    def on_llm_new_token(self, token: Any, *, chunk: Any = None, **kwargs: Any) -> None:
+        if self.closed or not _says_something(token, chunk):
+            return
+        now = time.perf_counter()
+        if self.first is None:
+            self.first = now
+        self.tokens += 1
+        self.last = now
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        self.usage = _output_tokens(response)
+
+    def tap_output_aiter(self, run_id: UUID, output: AsyncIterator[T]) -> AsyncIterator[T]:
+        return output
+
+    def tap_output_iter(self, run_id: UUID, output: Iterator[T]) -> Iterator[T]:
+        return output
+
+    def close(self, *, cut: bool) -> None:
+        """The call ended (`cut`: at its budget): its samples go to the book, once."""
+        if self.closed:
+            return
+        self.closed = True
+        first = self.first
+        if first is None:
+            if cut:
+                elapsed = time.perf_counter() - self.started
+                self.book.record(FIRST_TOKEN, self.name, elapsed, censored=True)
+            return
+        self.book.record(FIRST_TOKEN, self.name, first - self.started)
+        count = self.usage if self.usage and not cut else self.tokens
+        if count >= 2 and self.last > first:
+            self.book.record(PER_TOKEN, self.name, (self.last - first) / (count - 1))
+
+
+def timing_for(model: object, rate: Rate | None) -> StreamTiming | None:
+    """A timing for one call of `model` when its rate is learned, else None."""
+    if not isinstance(rate, Learned):
+        return None
+    return StreamTiming(rate.book, model_id(model))
+
+
+def _says_something(token: Any, chunk: Any) -> bool:
+    """A chunk with text or a piece of a tool call (not the empty opening or closing one)."""
+    if isinstance(token, str) and token:
+        return True
+    message = getattr(chunk, "message", None)
+    return bool(getattr(message, "tool_call_chunks", None))
+
+
+def _output_tokens(response: LLMResult) -> int | None:
+    for generations in response.generations:
+        for generation in generations:
+            if isinstance(generation, ChatGeneration):
+                usage = getattr(generation.message, "usage_metadata", None)
+                if usage and usage.get("output_tokens"):
+                    return int(usage["output_tokens"])
+    return None

@@ -1,0 +1,179 @@
+"""`max_tokens` from what a model really takes: its time to first token and seconds per token
+learned per model id from its streamed calls (`tokens_per_second=learned(book)`), with the
+real `ChatOpenAI` against the local streaming server, in `budgeted_model` and in
+`DeadlineMiddleware` on a `create_agent` agent."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage
+
+from langgraph_deadline import (
+    DeadlineExceeded,
+    LatencyBook,
+    StepStatus,
+    Terminal,
+    budgeted_model,
+    deadline_scope,
+    learned,
+)
+from langgraph_deadline._learn.book import FIRST_TOKEN, PER_TOKEN
+from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
+from tests.agents.support import ask, orders
+from tests.chat_models import openai_chat
+
+TICK = 0.02  # seconds before each streamed token: 50 tokens a second
+
+
+def plain_chat(server: FakeOpenAIServer, **options: Any) -> Any:
+    """A real `ChatOpenAI` that does not stream by itself (no `streaming=` given): timing its
+    calls makes them stream, as LangGraph's "messages" mode does."""
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    return ChatOpenAI(
+        base_url=server.base_url, api_key=SecretStr("test"), model="gpt-fake", **options
+    )
+
+
+@pytest.fixture
+def counting() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(default_reply=ChatReply.counting(400, chunk_interval=TICK)) as s:
+        yield s
+
+
+async def _warm(llm: object, book: LatencyBook, n: int, *, model: str = "gpt-fake") -> None:
+    """`n` calls with time to spare: each is a sample of time to first token and of rate."""
+    before = book.count(model, FIRST_TOKEN), book.count(model, PER_TOKEN)
+    async with deadline_scope(30.0):
+        for _ in range(n):
+            await llm.ainvoke("count", max_tokens=20)  # type: ignore[attr-defined]
+    assert book.count(model, FIRST_TOKEN) == before[0] + n
+    assert book.count(model, PER_TOKEN) == before[1] + n
+
+
+@pytest.mark.anyio
+async def test_max_tokens_follows_the_time_left_once_the_model_is_learned(
+    counting: FakeOpenAIServer,
+) -> None:
+    book = LatencyBook(listen=False)
+    rate = learned(book, quantile=0.9, min_samples=5)
+    llm = budgeted_model(plain_chat(counting), tokens_per_second=rate)
+
+    async with deadline_scope(2.0):
+        await llm.ainvoke("count", max_tokens=3)
+    assert counting.requests[-1].max_tokens == 3  # cold: the caller's own limit, nothing else
+    assert counting.requests[-1].stream
+    await _warm(llm, book, 4)
+
+    per_token = book.sketch("gpt-fake", PER_TOKEN).quantile(0.9)
+    assert per_token is not None and 0.8 * TICK < per_token.seconds < 3 * TICK
+    asked: dict[float, int] = {}
+    for budget in (3.0, 1.5):
+        async with deadline_scope(budget):
+            t0 = time.monotonic()
+            answer = await llm.ainvoke("count")
+            took = time.monotonic() - t0
+        sent = counting.requests[-1].max_tokens
+        assert sent is not None
+        asked[budget] = sent
+        # the answer ended by itself at max_tokens, inside its budget: not cut
+        assert isinstance(answer, AIMessage)
+        assert answer.response_metadata["finish_reason"] == "length"
+        assert took < budget
+        assert len(answer.text.split()) == sent
+    # half the time left, about half the tokens (time to first token comes off both)
+    assert 1.6 < asked[3.0] / asked[1.5] < 2.6
+    assert 1.5 * 0.5 / per_token.seconds < asked[1.5] < 1.5 / per_token.seconds
+
+
+@pytest.mark.anyio
+async def test_the_user_max_tokens_stays_the_most_and_a_fixed_rate_still_works(
+    counting: FakeOpenAIServer,
+) -> None:
+    book = LatencyBook(listen=False)
+    rate = learned(book, quantile=0.9, min_samples=3)
+    llm = budgeted_model(openai_chat(counting, max_tokens=7), tokens_per_second=rate)
+    await _warm(llm, book, 3)
+    async with deadline_scope(5.0):
+        await llm.ainvoke("count")
+    assert counting.requests[-1].max_tokens == 7
+
+    fixed = budgeted_model(openai_chat(counting), tokens_per_second=10.0)
+    async with deadline_scope(2.0):
+        await fixed.ainvoke("count")
+    sent = counting.requests[-1].max_tokens
+    assert sent is not None and 15 <= sent <= 20  # 10 tokens a second, ~2 s left
+
+
+@pytest.mark.anyio
+async def test_a_call_cut_before_its_first_token_is_a_censored_sample(
+    server: FakeOpenAIServer,
+) -> None:
+    book = LatencyBook(listen=False)
+    llm = budgeted_model(openai_chat(server), tokens_per_second=learned(book))
+    server.enqueue(ChatReply.text("late", delay=5.0))
+    with pytest.raises(DeadlineExceeded):
+        async with deadline_scope(0.3):
+            await llm.ainvoke("hello")
+    sketch = book.sketch("gpt-fake", FIRST_TOKEN)
+    assert (sketch.count, sketch.censored) == (1, 1)
+    assert book.count("gpt-fake", PER_TOKEN) == 0  # no token: no rate
+
+
+def test_a_sync_call_is_timed_too(counting: FakeOpenAIServer) -> None:
+    book = LatencyBook(listen=False)
+    llm = budgeted_model(openai_chat(counting), tokens_per_second=learned(book, min_samples=2))
+    with deadline_scope(10.0):
+        for _ in range(2):
+            llm.invoke("count", max_tokens=10)
+        llm.invoke("count")
+    assert book.count("gpt-fake", FIRST_TOKEN) == 3
+    sent = counting.requests[-1].max_tokens
+    assert sent is not None and sent > 100  # ~10 s left at ~50 tokens a second
+
+
+@pytest.mark.anyio
+async def test_an_agent_learns_its_model_and_its_answers_fit_the_time_left(
+    counting: FakeOpenAIServer,
+) -> None:
+    book = LatencyBook(listen=False)
+    rate = learned(book, quantile=0.9, min_samples=3)
+    model = plain_chat(counting)
+
+    warm = create_agent(
+        model, [orders], middleware=[DeadlineMiddleware(timeout=60.0, tokens_per_second=rate)]
+    )
+    for _ in range(3):
+        counting.enqueue(ChatReply.counting(20, chunk_interval=TICK))
+        await warm.ainvoke(ask())
+    assert counting.requests[-1].max_tokens is None  # cold until now
+    assert book.count("gpt-fake", FIRST_TOKEN) == 3
+
+    agent = create_agent(
+        model, [orders], middleware=[DeadlineMiddleware(timeout=1.5, tokens_per_second=rate)]
+    )
+    out = await agent.ainvoke(ask())
+    sent = counting.requests[-1].max_tokens
+    assert sent is not None and 20 < sent < 1.5 / TICK
+    # the answer ended at max_tokens before the deadline: the run completed
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+    (record,) = out["deadline_trace"]
+    assert record.status is StepStatus.COMPLETED
+    final = out["messages"][-1]
+    assert isinstance(final, AIMessage) and final.response_metadata["finish_reason"] == "length"
+
+
+def test_a_bad_rate_is_refused_when_made_naming_the_argument(server: FakeOpenAIServer) -> None:
+    with pytest.raises(TypeError, match="tokens_per_second must be a number or learned"):
+        budgeted_model(openai_chat(server), tokens_per_second="fast")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tokens_per_second must be a finite number > 0"):
+        DeadlineMiddleware(tokens_per_second=0)
+    with pytest.raises(ValueError, match="quantile must be in"):
+        learned(LatencyBook(listen=False), quantile=1.0)
