@@ -54,6 +54,12 @@ SCRIPT = textwrap.dedent(
     attempt("otel", "from langgraph_deadline.instrument import OtelObserver; OtelObserver()")
     attempt("prometheus", "from langgraph_deadline.instrument import PrometheusObserver\\n"
             "PrometheusObserver()")
+    attempt("otel_book", "from langgraph_deadline import LatencyBook\\n"
+            "from langgraph_deadline.instrument import OtelBookGauges\\n"
+            "OtelBookGauges(LatencyBook(listen=False))")
+    attempt("prometheus_book", "from langgraph_deadline import LatencyBook\\n"
+            "from langgraph_deadline.instrument import PrometheusBookCollector\\n"
+            "PrometheusBookCollector(LatencyBook(listen=False))")
     attempt("asgi", "from langgraph_deadline.testing import FakeOpenAIServer\\n"
             "FakeOpenAIServer().start()")
     err = io.StringIO()
@@ -91,20 +97,22 @@ def test_the_core_and_the_http_asgi_and_instrument_modules_import_without_any_ex
 
 
 @pytest.mark.parametrize(
-    ("case", "message"),
+    ("case", "extra", "message"),
     [
-        ("agents", "langgraph_deadline.agents needs langchain"),
-        ("otel", "OtelObserver needs opentelemetry"),
-        ("prometheus", "PrometheusObserver needs prometheus_client"),
-        ("asgi", "FakeOpenAIServer needs starlette"),
+        ("agents", "agents", "langgraph_deadline.agents needs langchain"),
+        ("otel", "otel", "OtelObserver needs opentelemetry"),
+        ("otel_book", "otel", "OtelBookGauges needs opentelemetry"),
+        ("prometheus", "prometheus", "PrometheusObserver needs prometheus_client"),
+        ("prometheus_book", "prometheus", "PrometheusBookCollector needs prometheus_client"),
+        ("asgi", "asgi", "FakeOpenAIServer needs starlette"),
     ],
 )
 def test_a_missing_extra_is_named_with_its_install_command(
-    without_extras: dict[str, str], case: str, message: str
+    without_extras: dict[str, str], case: str, extra: str, message: str
 ) -> None:
     assert without_extras[case] == (
         f"ModuleNotFoundError: {message}, which is not installed: "
-        f"pip install 'langgraph-deadline[{case}]'"
+        f"pip install 'langgraph-deadline[{extra}]'"
     )
 
 

@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "_tools": {"_core", "_graph", "_retry", "_learn"},  # a hedge asks a latency book
     "_agents": {"_core", "_graph", "_learn", "_retry", "_tools"},
     "_wire": {"_core"},
-    "_instrument": {"_core"},
+    "_instrument": {"_core", "_learn"},  # a backend exports what a latency book learned
     "_learn": {"_core"},
     "_report": {"_core", "_learn"},
     "testing": {"_core"},
