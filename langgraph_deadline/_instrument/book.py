@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from .._core.validate import check_number, show
-from .._learn.book import LatencyBook
+from .._learn.book import KINDS, LatencyBook
 from .._learn.policy import Learned
 from .._learn.sketch import Estimate
 
@@ -83,5 +83,6 @@ class Source:
             estimate = sketch.quantile(q)
             if estimate is not None:
                 estimates.append((label, estimate))
-        cap = None if self.rule is None else self.rule.cap(kind, name)
+        # a model's stream timings (first_token, per_token) are not steps: no cap
+        cap = None if self.rule is None or kind not in KINDS else self.rule.cap(kind, name)
         return Row(kind, name, sketch.count, sketch.censored_share, tuple(estimates), cap)
