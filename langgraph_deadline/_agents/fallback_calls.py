@@ -150,7 +150,7 @@ async def acall_chain(
     earlier: list[StepRecord] = []
     while isinstance(step, Pick):
         call = _request_for(request, step, chain[step.at], settings)
-        ears = Ears.of(call, settings)
+        ears = Ears.of(call, step.plan, settings)
         with ears.listening():
             result = await run_async(step.plan, partial(handler, call), passthrough=PASSTHROUGH)
         said = ears.ended(result)
@@ -169,7 +169,7 @@ def call_chain(
     earlier: list[StepRecord] = []
     while isinstance(step, Pick):
         call = _request_for(request, step, chain[step.at], settings)
-        ears = Ears.of(call, settings)
+        ears = Ears.of(call, step.plan, settings)
         body = _body(handler, call, step.plan, ears)
         result = run_sync(step.plan, body, passthrough=PASSTHROUGH)
         said = ears.ended(result)

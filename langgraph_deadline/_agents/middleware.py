@@ -278,7 +278,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if plan.skip:
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
-        ears = Ears.of(budgeted, self.settings)
+        ears = Ears.of(budgeted, plan, self.settings)
         with ears.listening():
             result = await run_async(plan, lambda: handler(budgeted), passthrough=PASSTHROUGH)
         return model_result(request.state, result, partial=ears.ended(result))
@@ -297,7 +297,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
         stop = plan.step_deadline()
-        ears = Ears.of(budgeted, self.settings)
+        ears = Ears.of(budgeted, plan, self.settings)
 
         def body() -> ModelResponse[Any]:
             with stop_stream_at(stop, MODEL_STEP), ears.listening():

@@ -32,7 +32,7 @@ from .._core.run import StepResult, run_async, run_sync
 from .._core.tracker import run_from_config
 from .._core.validate import check_cap, check_seconds
 from .._graph.seams import PASSTHROUGH
-from .._graph.streams import stop_stream_config
+from .._graph.streams import Recut, stop_stream_config
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
 from .fallback import (
@@ -273,7 +273,8 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
             **call_options(model, plan.budget, kwargs, tokens_per_second=choice.rate),
         }
         timing = timing_for(model, choice.rate)
-        call_cfg = cfg if timing is None else merge_configs(cfg, {"callbacks": [timing]})
+        listeners = [Recut(plan.step_deadline(), plan.name), *([timing] if timing else [])]
+        call_cfg = merge_configs(cfg, {"callbacks": listeners})
         result = await run_async(
             plan,
             lambda: model.ainvoke(input, call_cfg, **options),

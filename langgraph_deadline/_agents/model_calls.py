@@ -14,7 +14,7 @@ from .._core.plan import Plan, plan_step
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
 from .._graph.state import deadline_from_state
-from .._graph.streams import PartialAnswer, callbacks_in_context
+from .._graph.streams import PartialAnswer, Recut, callbacks_in_context
 from .closing import give_up
 from .fallback import MIN_SAMPLES
 from .note import budget_note, tool_times, with_note
@@ -61,15 +61,17 @@ def with_budget(
 
 class Ears(NamedTuple):
     """What listens to one model call's stream: the text it said (for a cut call's partial
-    answer) and its timing (for a learned rate). `Ears.of` makes them; `listening()` hands them
+    answer; it also ends a stream whose cancellation was swallowed, `Recut`) and its timing
+    (for a learned rate). `Ears.of` makes them; `listening()` hands them
     to the call; `ended` closes them and returns what the call had said."""
 
-    said: PartialAnswer | None
+    said: Recut  # a PartialAnswer when the cut text is kept
     timing: StreamTiming | None
 
     @classmethod
-    def of(cls, request: ModelRequest[Any], settings: MiddlewareSettings) -> Ears:
-        said = PartialAnswer() if settings.partial_answer else None
+    def of(cls, request: ModelRequest[Any], plan: Plan, settings: MiddlewareSettings) -> Ears:
+        stop = plan.step_deadline()
+        said = (PartialAnswer if settings.partial_answer else Recut)(stop, plan.name)
         return cls(said, timing_for(request.model, settings.tokens_per_second))
 
     @contextlib.contextmanager
@@ -80,7 +82,7 @@ class Ears(NamedTuple):
     def ended(self, result: StepResult[Any]) -> str:
         if self.timing is not None:
             self.timing.close(cut=result.status.cut)
-        return self.said.text if self.said else ""
+        return self.said.text if isinstance(self.said, PartialAnswer) else ""
 
 
 def model_result(

@@ -134,6 +134,8 @@ class NodeStep:
         if plan.skip:
             return skipped(plan, state, run)
         said = said or listening(state, run, finished)
+        if said is not None:  # a node that may stream an answer: its stream ends at the cut
+            said.stop, said.step = plan.step_deadline(), self.name
         with (
             child_records() as children,
             StepRun(plan, run, passthrough=PASSTHROUGH) as step,

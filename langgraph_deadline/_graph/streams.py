@@ -1,8 +1,11 @@
-"""Stopping a sync token stream at its first chunk past the deadline: a worker thread cannot be
-killed, but a callback that raises from `on_llm_new_token` ends the provider's stream loop."""
+"""Stopping a token stream at its first chunk past the deadline when cancelling it is not
+enough: a sync stream's worker thread cannot be killed, and an async stream's cancellation can
+be swallowed below; a callback that raises from `on_llm_new_token` ends the provider's stream
+loop. Also the partial answer: what a cut stream had said."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +18,7 @@ from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.observe import TokensEvent, emit_tokens
 
-__all__ = ["PartialAnswer", "callbacks_in_context", "stop_stream_at", "stop_stream_config"]
+__all__ = ["PartialAnswer", "Recut", "callbacks_in_context", "stop_stream_at", "stop_stream_config"]
 
 
 class _StopStream(BaseCallbackHandler):
@@ -66,19 +69,49 @@ def stop_stream_at(deadline: Deadline | None, step: str) -> Iterator[None]:
         var_child_runnable_config.reset(token)
 
 
-class PartialAnswer(BaseCallbackHandler):
-    """Collects the text a model streamed, so that a call cut at its budget keeps what it had
-    already said (the user read those tokens; they were paid for). Text chunks only: a tool
-    call streamed halfway is not an answer."""
+class Recut(BaseCallbackHandler):
+    """Cancels again an async model stream that goes on past `stop` though its task was asked
+    to stop: a cancellation swallowed on the way down. Python 3.11's `asyncio.wait_for` (which
+    langchain-openai wraps around each chunk's read) returns a chunk that arrived with the
+    cancellation and drops the cancellation; the stream would then run to its end. At the next
+    token after `stop`, in a task with a cancellation pending, this raises `CancelledError`
+    again, which ends the stream (its connection closed) as the first one should have. Never
+    while the task is not being cancelled: an answer is never cut by a callback before its
+    budget's cut."""
 
     run_inline = True
 
-    def __init__(self) -> None:
+    def __init__(self, stop: Deadline | None = None, step: str = "") -> None:
+        self.stop = stop
+        self.step = step
+
+    def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
+        stop = self.stop
+        if stop is None or not stop.expired:
+            return
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # a worker thread: `_StopStream` stops sync streams
+            return
+        if task is not None and task.cancelling():
+            emit_tokens(TokensEvent(step=self.step, tokens=1))
+            raise asyncio.CancelledError(f"deadline exceeded in {self.step}: stream stopped")
+
+
+class PartialAnswer(Recut):
+    """Collects the text a model streamed, so that a call cut at its budget keeps what it had
+    already said (the user read those tokens; they were paid for). Text chunks only: a tool
+    call streamed halfway is not an answer. Given `stop`, it also cuts a stream again whose
+    cancellation was swallowed (`Recut`)."""
+
+    def __init__(self, stop: Deadline | None = None, step: str = "") -> None:
+        super().__init__(stop, step)
         self.parts: list[str] = []
 
     def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
         if isinstance(token, str) and token:
             self.parts.append(token)
+        super().on_llm_new_token(token, **kwargs)
 
     @property
     def text(self) -> str:
