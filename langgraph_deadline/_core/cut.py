@@ -77,8 +77,9 @@ class Cut:
     run's one timer cancels it (`RunAlarm`), not a timer of its own.
 
     Like an anyio scope, it respects shields: while the body is inside an anyio scope with
-    `shield=True` (a library's clean-up: httpcore closing a cancelled request), nothing is
-    delivered until it leaves it; and what the task awaits is cancelled once, never again: a
+    `shield=True` (a library's clean-up: httpcore closing a cancelled request), in its task or
+    in a task it awaits, nothing is delivered until it leaves it; nothing is delivered to a task
+    about to wake with a result either; and what the task awaits is cancelled once, never again: a
     task or a `gather` it waits on, once cancelled, is left to end as it will (its own
     shielded clean-up included)."""
 
@@ -140,19 +141,19 @@ class Cut:
         # cancellation (an old `asyncio.wait_for`) is cancelled again at its next await. Not
         # while the body is inside a shielded anyio scope; and never twice at the same waiter:
         # cancelling a task again that awaits another task (LangChain runs a tool's coroutine in
-        # one) would cancel that task's shielded clean-up.
+        # one) would cancel that task's shielded clean-up. Nor while the cancellation would land
+        # where anyio's would not (`_reachable`): in a shielded scope of a task the body awaits,
+        # or on a task about to wake with a result.
         self._again = None
         task = self._task
         if task is None:
             return
         if not _shielded(task, self._outer):
             waiter = getattr(task, "_fut_waiter", None)
-            if self._calls == 0 or (
-                waiter is not None
-                and waiter is not self._sent
-                and not waiter.done()
-                and _started(waiter)
-            ):
+            if (
+                self._calls == 0
+                or (waiter is not None and waiter is not self._sent and _started(waiter))
+            ) and _reachable(waiter, self._outer):
                 self._calls += 1
                 self._sent = waiter
                 task.cancel(_MESSAGE)
@@ -194,6 +195,26 @@ def _started(waiter: object) -> bool:
         return True
     coro = waiter.get_coro()
     return not inspect.iscoroutine(coro) or inspect.getcoroutinestate(coro) != inspect.CORO_CREATED
+
+
+def _reachable(waiter: object, outer: object) -> bool:
+    """False while a cancellation sent down to `waiter` (what the cut's task awaits) would land
+    where an anyio scope's would not, so that it waits for the next loop iteration: a task it
+    goes through (a task the body awaits, LangChain's for a tool, and any that one awaits) is
+    inside a shielded anyio scope, or the task it ends in is about to wake with a result (its
+    waiter is done: the result would be lost). Both lose httpcore a pool slot for good: a
+    request cancelled inside the shielded lock of a just-made connection leaves it NEW, and
+    one cancelled as it is handed a new connection leaves that CONNECTING; neither is ever
+    used or closed again (encode/httpcore#1093)."""
+    while isinstance(waiter, asyncio.Future):
+        if waiter.done():
+            return False
+        if not isinstance(waiter, asyncio.Task):
+            return True
+        if _shielded(waiter, outer):  # (a task group's scopes lead out to the cut's own)
+            return False
+        waiter = getattr(waiter, "_fut_waiter", None)
+    return True
 
 
 # -- anyio's shields, read from anyio's own task states (asyncio backend) -------------------------

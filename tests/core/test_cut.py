@@ -204,6 +204,52 @@ async def test_a_task_the_body_awaits_is_cancelled_once_and_its_clean_up_runs() 
     assert cleaned == [True, False]
 
 
+async def test_a_cut_waits_while_a_task_the_body_awaits_is_inside_a_shield() -> None:
+    # The task a tool's coroutine runs in is the body too: httpcore takes a new connection's
+    # lock inside a shield, and a request cancelled there leaves the connection NEW in the pool,
+    # never used or closed again (tests/tools/test_shared_client.py).
+    shielded = []
+
+    async def worker() -> str:
+        with anyio.CancelScope(shield=True):
+            await asyncio.sleep(0.08)  # the cut's time passes in here
+            shielded.append("done")
+        await asyncio.sleep(10)  # cut here
+        return "ran on"
+
+    cut, result = await _cut_after(0.02, lambda: asyncio.create_task(worker()))
+    assert shielded == ["done"] and cut.caught and result is None
+
+
+@pytest.mark.parametrize("in_task", [False, True], ids=["body", "awaited_task"])
+async def test_a_task_about_to_wake_with_a_result_gets_it_before_the_cut(in_task: bool) -> None:
+    # As anyio does, a task whose waiter is done is not cancelled: the result would be lost.
+    # httpcore hands a queued request its new connection so: a request cancelled then leaves
+    # the connection CONNECTING in the pool, never used or closed again.
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    handed: asyncio.Future[str] = loop.create_future()
+    took = []
+
+    async def worker() -> str:
+        took.append(await handed)
+        await asyncio.sleep(10)  # cut here
+        return "ran on"
+
+    cut = Cut(loop, task)
+
+    def hand_over_and_cut() -> None:
+        handed.set_result("connection")
+        cut.cancel()  # in the same loop iteration: the worker has not woken yet
+
+    loop.call_later(0.02, hand_over_and_cut)
+    result = None
+    with cut:
+        result = await (asyncio.create_task(worker()) if in_task else worker())
+    assert took == ["connection"] and cut.caught and result is None
+
+
 async def test_an_asyncio_shield_in_the_body_keeps_its_work_running() -> None:
     finished = []
 
