@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
         "demo",
-        help="a real multi-hop agent against local servers: naive timeouts vs one deadline",
+        help="a real multi-hop agent against local servers: naive timeouts vs one deadline "
+        "(plain, with hedged lookups, with learned caps)",
     )
     demo.add_argument("--budget", type=float, default=4.0, help="the run's deadline, seconds")
     demo.add_argument(
@@ -106,7 +107,8 @@ def _demo(args: argparse.Namespace) -> int:
     print(
         f"One agent: planner -> 3 lookups in parallel (one service hangs) -> streaming writer.\n"
         f"User-facing budget {budget:.1f} s; model: {where}.\n"
-        "Run 1 uses the usual per-step timeouts, run 2 one deadline for the whole run.\n",
+        "Run 1 uses the usual per-step timeouts, run 2 one deadline for the whole run, run 3\n"
+        "the same with hedged lookups, run 4 with lookup caps learned from the runs before it.\n",
         flush=True,
     )
     print(run_demo(opts))
