@@ -36,6 +36,7 @@ TOP: Final = 4
 BINS: Final = 30
 _FLOOR_MS: Final = 0.01  # the log axis starts here at the lowest (a 0 ms step is drawn at it)
 QUANTILES: Final = (0.5, 0.9, 0.99)
+"""The learned quantiles drawn (as in the report's latency-book table)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -48,7 +49,7 @@ class Mark:
     note: str = ""
 
     def text(self) -> str:
-        return f"{self.label} {'>= ' if self.at_least else ''}{self.ms:.0f} ms{self.note}"
+        return f"{self.label} {'>= ' if self.at_least else ''}{_ms(self.ms)} ms{self.note}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,7 +124,7 @@ def step_distributions(
             marks.append(Mark("learned cap", learned_ms))
         ran = tuple(sorted(ms for r in records[(kind, name)] if (ms := r.requested_ms)))
         if ran:
-            spread = f" (median; {ran[0]:.0f} to {ran[-1]:.0f} ms)" if ran[0] != ran[-1] else ""
+            spread = f" (median; {_ms(ran[0])} to {_ms(ran[-1])} ms)" if ran[0] != ran[-1] else ""
             marks.append(Mark("ran with", percentile(ran, 50), note=spread))
         out.append(
             StepDistribution(
@@ -141,6 +142,10 @@ def step_distributions(
             )
         )
     return out
+
+
+def _ms(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def _matching(spec: str, keys: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
