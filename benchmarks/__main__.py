@@ -1,4 +1,5 @@
-"""`python -m benchmarks [--quick] [--only NAME] [--markdown] [--check]`: run the benchmarks."""
+"""`python -m benchmarks [--quick] [--only NAME] [--markdown] [--check] [--plots DIR]`: run the
+benchmarks."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import datetime as dt
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from . import agents, fallback, hedge, http_overhead, learned, load, overhead, overshoot, tools
 from ._common import Section, machine
@@ -22,6 +24,8 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "fallback": fallback.run,
     "hedge": hedge.run,
 }
+DRAWN = frozenset({"learned"})
+"""The benchmarks that draw a figure (`--plots DIR`: DIR/benchmarks-NAME.png)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,6 +36,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--markdown", action="store_true", help="print tables as Markdown")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--plots",
+        metavar="DIR",
+        type=Path,
+        help="also write the figures of the benchmarks that draw one "
+        f"({', '.join(sorted(DRAWN))}) as DIR/benchmarks-NAME.png (needs matplotlib)",
+    )
     args = parser.parse_args(argv)
 
     names = args.only or list(BENCHMARKS)
@@ -44,7 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     sections: list[Section] = []
     for name in names:
-        section = BENCHMARKS[name](quick=args.quick)
+        extra = {}
+        if args.plots is not None and name in DRAWN:
+            args.plots.mkdir(parents=True, exist_ok=True)
+            extra["plot"] = args.plots / f"benchmarks-{name}.png"
+        section = BENCHMARKS[name](quick=args.quick, **extra)
         sections.append(section)
         for table in section.tables:
             print(table.markdown() if args.markdown else table.text())

@@ -19,6 +19,8 @@ import itertools
 import random
 import time
 import timeit
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -53,6 +55,7 @@ TOOLS = {"search": (0.15, 0.5), "weather": (0.1, 0.5), "quick_lookup": (0.3, 0.4
 GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 CONCURRENCY = 10
 OVERHEAD = 0.06  # the framework's and the loopback's own time per run, measured at this load
+WINDOW = 25  # the figure's complete-answer share is over this many runs in a row
 
 
 def _draw(rng: random.Random, median: float, sigma: float) -> float:
@@ -153,12 +156,21 @@ class _Cuts:
         pass
 
 
-async def _variant(server: SlowServer, draws: Any, caps: Any) -> dict[str, float]:
+async def _variant(
+    server: SlowServer,
+    draws: Any,
+    caps: Any,
+    ok: list[bool],
+    after_batch: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """Replay `draws` with these caps; `ok[i]`: run i answered completely by its deadline;
+    `after_batch(runs done)` after each batch of runs."""
     cuts = _Cuts()
     saved = get_observers()
     set_observers([cuts])
     complete, answered, late = 0, 0, []
     second_half = 0
+    ok[:] = [False] * len(draws)
     try:
         # No pool limit: a request cut mid-flight may keep its slot in httpx's pool for a
         # while, and a limited pool then stalls every run (measured: whole batches timed out).
@@ -170,11 +182,14 @@ async def _variant(server: SlowServer, draws: Any, caps: Any) -> dict[str, float
                 out = await graph.ainvoke({"i": i, "answered": 0})
                 late.append(time.time() - out["deadline"])
                 complete += out["deadline_outcome"].ok
+                ok[i] = out["deadline_outcome"].ok
                 second_half += out["deadline_outcome"].ok and i >= len(draws) // 2
                 answered += out.get("answered", 0)
 
             for start in range(0, len(draws), CONCURRENCY):
                 await asyncio.gather(*(one(i) for i in range(start, start + CONCURRENCY)))
+                if after_batch is not None:
+                    after_batch(start + CONCURRENCY)
     finally:
         set_observers(saved)
     n = len(draws)
@@ -206,7 +221,16 @@ def _recording_cost() -> tuple[float, int]:
     return per * 1e6, book.bytes_per_key()
 
 
-def run(*, quick: bool = False) -> Section:
+def windows(ok: Sequence[bool], size: int = WINDOW) -> list[tuple[int, float]]:
+    """(runs done, share of complete answers) over each `size` runs in a row (the last window
+    may be shorter)."""
+    return [
+        (min(start + size, len(ok)), sum(ok[start : start + size]) / len(ok[start : start + size]))
+        for start in range(0, len(ok), size)
+    ]
+
+
+def run(*, quick: bool = False, plot: Path | None = None) -> Section:
     runs = 60 if quick else 250
     draws = _draws(runs, seed=7)
     oracle = _oracle(_draws(2000, seed=11))
@@ -215,15 +239,25 @@ def run(*, quick: bool = False) -> Section:
         "oracle: best fixed caps (grid)": oracle,
     }
     results: dict[str, dict[str, float]] = {}
+    oks: dict[str, list[bool]] = {}
     with SlowServer() as server:
         for label, caps in variants.items():
-            results[label] = asyncio.run(_variant(server, draws, caps))
+            oks[label] = []
+            results[label] = asyncio.run(_variant(server, draws, caps, oks[label]))
         book = LatencyBook()  # made now: it hears only the learned variant's own runs
         rule = learned(
             book, quantile=0.95, headroom=1.5, min_samples=20, cap=ROUND_CAP, then=["node:answer"]
         )
         label = "learned, from an empty book"
-        results[label] = asyncio.run(_variant(server, draws, dict.fromkeys(TOOLS, rule)))
+        learning: list[tuple[int, dict[str, float | None]]] = []
+
+        def note_caps(done: int) -> None:
+            learning.append((done, {t: rule.cap("tool", t) for t in TOOLS}))
+
+        oks[label] = []
+        note_caps(0)
+        rules = dict.fromkeys(TOOLS, rule)
+        results[label] = asyncio.run(_variant(server, draws, rules, oks[label], note_caps))
         book.detach()
     per_us, per_key = _recording_cost()
 
@@ -261,6 +295,12 @@ def run(*, quick: bool = False) -> Section:
         f"recording a sample: {per_us:.2f} µs; book bytes per key: {per_key} "
         f"({per_key / 1024:.1f} KiB)"
     )
+    if plot is not None:
+        from .learned_plot import write
+
+        shares = {label: windows(ok) for label, ok in oks.items()}
+        write(plot, shares, learning, oracle, round_cap=ROUND_CAP, window=WINDOW, runs=runs)
+        table.notes.append(f"figure: {plot}")
     section = Section(tables=[table])
     learned_row = results["learned, from an empty book"]
     section.figures.append(

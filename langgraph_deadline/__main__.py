@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ._core.extras import install_hint, require_extra
 from ._core.validate import check_seconds
 
+if TYPE_CHECKING:
+    from ._report.trace import Trace
+
 DEMO_NEEDS = ("langchain_openai", "starlette", "uvicorn")
 """What `demo` imports from the `demo` extra (matplotlib too, but without it the demo only
 skips its waterfall)."""
+STEPS_DRAWN = 4
+"""`report --plot-steps` without `--step`: the steps with the most time in the trace."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
         "demo",
-        help="a real multi-hop agent against local servers: naive timeouts vs one deadline",
+        help="a real multi-hop agent against local servers: naive timeouts vs one deadline "
+        "(plain, with hedged lookups, with learned caps)",
     )
     demo.add_argument("--budget", type=float, default=4.0, help="the run's deadline, seconds")
     demo.add_argument(
@@ -50,6 +58,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RUN_ID",
         help="the run to draw (an id or a unique prefix; default: the run that used the most "
         "of its budget)",
+    )
+    report.add_argument(
+        "--plot-steps",
+        metavar="FILE",
+        help="also draw each step's durations (finished and cut) on a log axis with its learned "
+        "p50/p90/p99, the cap learned() would choose and the cap it ran with (.png or .svg; "
+        "needs the 'plot' extra)",
+    )
+    report.add_argument(
+        "--step",
+        metavar="NAME",
+        action="append",
+        help="a step to draw in --plot-steps, NAME or KIND:NAME (tool:search); repeat for more "
+        f"(default: the {STEPS_DRAWN} steps with the most time in the trace)",
     )
     report.add_argument(
         "--headroom",
@@ -85,7 +107,8 @@ def _demo(args: argparse.Namespace) -> int:
     print(
         f"One agent: planner -> 3 lookups in parallel (one service hangs) -> streaming writer.\n"
         f"User-facing budget {budget:.1f} s; model: {where}.\n"
-        "Run 1 uses the usual per-step timeouts, run 2 one deadline for the whole run.\n",
+        "Run 1 uses the usual per-step timeouts, run 2 one deadline for the whole run, run 3\n"
+        "the same with hedged lookups, run 4 with lookup caps learned from the runs before it.\n",
         flush=True,
     )
     print(run_demo(opts))
@@ -102,6 +125,10 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"--headroom must be a finite number >= 1, got {args.headroom}")
     if args.plot is not None and not args.plot.lower().endswith((".png", ".svg", ".html")):
         parser.error(f"--plot needs a .png, .svg or .html file, got {args.plot!r}")
+    if args.plot_steps is not None and not args.plot_steps.lower().endswith((".png", ".svg")):
+        parser.error(f"--plot-steps needs a .png or .svg file, got {args.plot_steps!r}")
+    if args.step and args.plot_steps is None:
+        parser.error("--step chooses the steps of --plot-steps: give --plot-steps FILE too")
     try:
         trace = read_trace(args.trace)
     except OSError as exc:
@@ -121,25 +148,52 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     print(text)
     print()
     print(format_learned(trace))
-    if args.plot is None:
-        return 0
+    if args.plot is not None:
+        try:
+            run = trace.run(args.run)
+        except LookupError as exc:
+            print(f"langgraph-deadline report: {exc}", file=sys.stderr)
+            return 2
+        try:
+            from ._report.plot import write_plot
+
+            written = write_plot(args.plot, trace, stats, run, report_text=text)
+        except ImportError:
+            return _no_matplotlib("--plot")
+        print(f"\nwrote {written} (run {run.run_id})")
+    if args.plot_steps is not None:
+        return _plot_steps(args.plot_steps, trace, args.step or ())
+    return 0
+
+
+def _plot_steps(path: str, trace: Trace, steps: Sequence[str]) -> int:
+    from ._report.step_plot import step_distributions
+
     try:
-        run = trace.run(args.run)
+        dists = step_distributions(trace, steps=steps, top=STEPS_DRAWN)
     except LookupError as exc:
         print(f"langgraph-deadline report: {exc}", file=sys.stderr)
         return 2
+    if not dists:
+        print("langgraph-deadline report: no finished or cut step to draw", file=sys.stderr)
+        return 1
     try:
-        from ._report.plot import write_plot
+        from ._report.step_plot import write_step_plot
 
-        written = write_plot(args.plot, trace, stats, run, report_text=text)
+        written = write_step_plot(path, dists)
     except ImportError:
-        print(
-            f"langgraph-deadline report: --plot needs matplotlib: {install_hint('plot')}",
-            file=sys.stderr,
-        )
-        return 2
-    print(f"\nwrote {written} (run {run.run_id})")
+        return _no_matplotlib("--plot-steps")
+    shown = ", ".join(f"{d.kind}:{d.name}" for d in dists)
+    print(f"\nwrote {written} (steps {shown})")
     return 0
+
+
+def _no_matplotlib(option: str) -> int:
+    print(
+        f"langgraph-deadline report: {option} needs matplotlib: {install_hint('plot')}",
+        file=sys.stderr,
+    )
+    return 2
 
 
 if __name__ == "__main__":

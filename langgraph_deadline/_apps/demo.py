@@ -1,12 +1,18 @@
 """The demo: one realistic multi-hop agent run against local services with naive per-step
-timeouts, with one deadline, and with one deadline and hedged lookups, side by side.
+timeouts, with one deadline, with one deadline and hedged lookups, and with one deadline and
+learned caps, side by side.
 
 planner (a streaming model that asks for three lookups) -> three tools in parallel against a
 slow HTTP service (one request hangs: a straggler, the same request again answers) -> writer (a
 streaming model that writes the answer).
 
-One module because the three runs share one scenario, one table and one picture: apart, each
-piece would need the others' constants.
+The learned run's `LatencyBook` hears the deadline runs before it and a few warm-up rounds of
+the lookups without the straggler (the book's history of ordinary traffic): each lookup's cap is
+then its learned p90 x 2, at most the deadline run's cap, so the hanging request is cut once
+it is late by what that lookup usually takes, not at the round cap, and the writer gets the rest.
+
+The runs share one scenario (this module); the table and the picture are `demo_output.py`,
+the learned run's warm-up and caps `demo_learned.py`.
 """
 
 from __future__ import annotations
@@ -14,22 +20,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
+import ssl
 import tempfile
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from .. import DeadlineState, Hedge, Outcome, deadline_tools, with_deadlines
+from .. import DeadlineState, Hedge, LatencyBook, Learned, Outcome, deadline_tools, with_deadlines
 from ..instrument import JsonlTraceWriter, set_observers
+from .demo_learned import learned_note, learned_rule, warm_up
+from .demo_output import Row, answer_of, lookups_answered, plot, table
 
 __all__ = ["DemoOptions", "run_demo"]
 
@@ -68,36 +77,26 @@ class DemoOptions:
     progress: Callable[[str], None] = print
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Row:
-    label: str
-    budget: float
-    wall: float
-    terminal: str
-    tool_requests_past_deadline: int
-    tokens_after_deadline: int | None
-    model_requests_after_deadline: int | None
-    lookups_answered: int
-    answer: str  # what the user received: the run's last assistant message
-
-
 class DemoState(MessagesState, DeadlineState):
     pass
 
 
-def _tools(service: Any, *, naive: bool, hedged: bool = False) -> list[BaseTool]:
+def _tools(
+    service: Any, *, naive: bool, hedged: bool = False, straggle: bool = True
+) -> list[BaseTool]:
     """The same plain `@tool` lookups for every run: the naive one gives each HTTP call its
-    own timeout, the deadline runs cap the tools node (`caps={"tools": TOOL_CAP}`), and the
-    hedged run makes them read-only deadline tools that send a lookup again after
-    `HEDGE_AFTER` s."""
+    own timeout, the deadline runs cap the tools node (`caps={"tools": TOOL_CAP}`, or learned
+    caps), and the hedged run makes them read-only deadline tools that send a lookup again
+    after `HEDGE_AFTER` s. Without `straggle` no request hangs (the learned run's warm-up)."""
 
     def make(name: str, delay: float) -> BaseTool:
         sent = itertools.count()
 
         async def lookup(query: str) -> str:
             timeout = NAIVE_TOOL_TIMEOUT if naive else None  # the deadline run needs none
-            wait = 60.0 if name == STRAGGLER and next(sent) == 0 else delay
-            async with httpx.AsyncClient(timeout=timeout) as client:
+            hangs = straggle and name == STRAGGLER and next(sent) == 0
+            wait = 60.0 if hangs else delay
+            async with httpx.AsyncClient(timeout=timeout, verify=_tls()) as client:
                 r = await client.get(service.url(f"/slow?delay={wait}&tool={name}"))
             r.raise_for_status()
             return FOUND[name]
@@ -111,6 +110,13 @@ def _tools(service: Any, *, naive: bool, hedged: bool = False) -> list[BaseTool]
         return tools
     hedge = Hedge(after=HEDGE_AFTER)
     return list(deadline_tools(tools, default=TOOL_CAP, read_only=list(LOOKUPS), hedge=hedge))
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every client: building one costs tens of ms of CPU, which would
+    show in the lookups' latencies (and in what the learned run's book hears)."""
+    return ssl.create_default_context()
 
 
 def _graph(model: Any, tools: list[BaseTool]) -> StateGraph[Any, Any, Any, Any]:
@@ -163,24 +169,14 @@ def _tokens(text: str) -> list[str]:
     return [words[0], *(f" {w}" for w in words[1:])]
 
 
-def _answer(state: dict[str, Any]) -> str:
-    """The run's answer to the user: its last assistant message that asks no tool."""
-    for m in reversed(state.get("messages") or []):
-        if isinstance(m, AIMessage) and not m.tool_calls:
-            return m.text
-    return ""
-
-
-def _lookups_answered(state: dict[str, Any]) -> int:
-    return sum(
-        1
-        for m in state.get("messages") or []
-        if isinstance(m, ToolMessage) and m.status == "success"
-    )
-
-
 async def _one(
-    label: str, opts: DemoOptions, *, naive: bool, trace: Path | None, hedged: bool = False
+    label: str,
+    opts: DemoOptions,
+    *,
+    naive: bool,
+    trace: Path | None,
+    hedged: bool = False,
+    tool_cap: float | Learned = TOOL_CAP,
 ) -> Row:
     from langchain_openai import ChatOpenAI
 
@@ -196,7 +192,7 @@ async def _one(
             max_retries=2 if naive else 0,
         )
         builder = _graph(model, _tools(service, naive=naive, hedged=hedged))
-        caps = {"tools": TOOL_CAP}  # a cap on each tool call
+        caps = {"tools": tool_cap}  # a cap on each tool call
         ours = with_deadlines(builder, timeout=opts.budget, caps=caps, reserve=RESERVE)
         graph = builder.compile() if naive else ours
         if trace is not None:
@@ -205,12 +201,15 @@ async def _one(
         t0 = time.monotonic()
         deadline = t0 + opts.budget
         last: dict[str, Any] = {}
+        lookups_done = None
         try:
             question = {"messages": [HumanMessage("Where is my order 42, and when will it ship?")]}
             async for mode, chunk in graph.astream(question, stream_mode=["updates", "values"]):
                 if mode == "updates":
                     for node in chunk:
-                        opts.progress(f"  {label:<20} {time.monotonic() - t0:5.2f} s  {node} done")
+                        at = time.monotonic() - t0
+                        lookups_done = at if node == "tools" else lookups_done
+                        opts.progress(f"  {label:<20} {at:5.2f} s  {node} done")
                 elif isinstance(chunk, dict):
                     last = chunk
         finally:
@@ -234,96 +233,43 @@ async def _one(
             budget=opts.budget,
             wall=wall,
             terminal=terminal,
+            lookups_done=lookups_done,
             tool_requests_past_deadline=past,
             tokens_after_deadline=None if fake is None else fake.chunks_sent_after(deadline),
             model_requests_after_deadline=None
             if fake is None
             else len(fake.requests_after(deadline)),
-            lookups_answered=_lookups_answered(last),
-            answer=_answer(last),
+            lookups_answered=lookups_answered(last),
+            answer=answer_of(last),
         )
 
 
-def _table(rows: list[Row]) -> str:
-    head = (
-        "run",
-        "budget s",
-        "wall s",
-        "terminal",
-        "lookups answered",
-        "tool requests alive past deadline",
-        "tokens streamed after deadline",
-    )
-
-    def n(value: int | None) -> str:
-        return "n/a" if value is None else str(value)
-
-    cells = [
-        (
-            r.label,
-            f"{r.budget:.1f}",
-            f"{r.wall:.2f}",
-            r.terminal,
-            f"{r.lookups_answered}/{len(LOOKUPS)}",
-            str(r.tool_requests_past_deadline),
-            n(r.tokens_after_deadline),
-        )
-        for r in rows
-    ]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))]
-    out.append("  ".join("-" * w for w in widths))
-    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
-    out.append("")
-    out.append("What the user received:")
-    for r in rows:
-        lines = (r.answer or "(no answer)").splitlines()
-        text = "\n".join(textwrap.fill(line, width=96) for line in lines if line.strip())
-        out += [f"  {r.label} (after {r.wall:.2f} s):", textwrap.indent(text, "    ")]
-    return "\n".join(out)
-
-
-def _plot(trace: Path, path: str, rows: list[Row]) -> str:
-    try:
-        from .._report.plot import write_plot
-        from .._report.report import format_report
-        from .._report.stats import step_stats
-        from .._report.trace import read_trace
-    except ImportError:
-        return "(waterfall skipped: install the 'plot' extra for matplotlib)"
-    data = read_trace([trace])
-    stats = step_stats(data)
-    if not data.runs:
-        return "(no run recorded)"
-    try:
-        answers = [(f"{r.label}, after {r.wall:.2f} s ({r.terminal})", r.answer) for r in rows]
-        out = write_plot(
-            path,
-            data,
-            stats,
-            data.runs[-1],
-            report_text=format_report(data, stats),
-            answers=answers,
-        )
-    except ImportError:
-        return "(waterfall skipped: install the 'plot' extra for matplotlib)"
-    return f"waterfall of the deadline run: {out}"
+def _warm_up_tools(service: Any) -> list[BaseTool]:
+    return _tools(service, naive=False, straggle=False)
 
 
 def run_demo(opts: DemoOptions) -> str:
-    """Run the three variants; return the side-by-side table (and where the waterfall went)."""
+    """Run the four variants; return the side-by-side table (and where the waterfall went)."""
 
-    async def both() -> tuple[list[Row], str]:
+    async def all_runs() -> tuple[list[Row], list[str], str]:
         with tempfile.TemporaryDirectory() as tmp:
             trace = Path(tmp) / "demo-trace.jsonl"
             naive = await _one(
                 f"naive ({NAIVE_TOOL_TIMEOUT:.0f}s/tool)", opts, naive=True, trace=None
             )
-            ours = await _one("langgraph-deadline", opts, naive=False, trace=trace)
-            hedged = await _one("hedged lookups", opts, naive=False, trace=None, hedged=True)
-            rows = [naive, ours, hedged]
-            note = _plot(trace, opts.plot, rows) if opts.plot else ""
-        return rows, note
+            book = LatencyBook()  # hears every step from here on (the naive run has none)
+            try:
+                ours = await _one("langgraph-deadline", opts, naive=False, trace=trace)
+                hedged = await _one("hedged lookups", opts, naive=False, trace=None, hedged=True)
+                await warm_up(_warm_up_tools, TOOL_CAP, opts.progress)
+                rule = learned_rule(book, TOOL_CAP, then=["node:writer"])
+                note = learned_note(rule, book, list(LOOKUPS), TOOL_CAP)
+                smart = await _one("learned caps", opts, naive=False, trace=None, tool_cap=rule)
+            finally:
+                book.detach()
+            rows = [naive, ours, hedged, smart]
+            where = plot(trace, opts.plot, rows) if opts.plot else ""
+        return rows, [note], where
 
-    rows, note = asyncio.run(both())
-    return _table(rows) + ("\n\n" + note if note else "")
+    rows, notes, where = asyncio.run(all_runs())
+    return table(rows, len(LOOKUPS), notes) + ("\n\n" + where if where else "")

@@ -28,7 +28,7 @@ from .._core.validate import check_seconds
 from .shared import Shared
 from .sketch import BUCKETS, LatencySketch, bucket_of, empty_counts
 
-__all__ = ["FIRST_TOKEN", "KINDS", "PER_TOKEN", "LatencyBook", "Tally"]
+__all__ = ["FIRST_TOKEN", "KINDS", "PER_TOKEN", "LatencyBook", "Tally", "sample_of"]
 
 log = logging.getLogger("langgraph_deadline")
 
@@ -40,6 +40,16 @@ PER_TOKEN: Final = "per_token"
 so the same sketch keeps it; a high quantile is a slow day's rate)."""
 _CENSORED: Final = frozenset({StepStatus.TIMED_OUT, StepStatus.ABANDONED, StepStatus.STALE})
 Key = tuple[str, str]  # (kind, name)
+
+
+def sample_of(record: StepRecord) -> tuple[float, bool] | None:
+    """What a book learns from one step record: (seconds, censored), or None (see the module)."""
+    status = record.status
+    if status is StepStatus.COMPLETED:
+        return record.elapsed_ms / 1000.0, False
+    if status in _CENSORED:
+        return record.elapsed_ms / 1000.0, True
+    return None
 
 
 class Tally:
@@ -141,14 +151,9 @@ class LatencyBook:
 
     def add(self, record: StepRecord) -> None:
         """Record one step: finished, censored at its cut, or nothing."""
-        status = record.status
-        if status is StepStatus.COMPLETED:
-            censored = False
-        elif status in _CENSORED:
-            censored = True
-        else:
-            return
-        self.record(record.kind, record.name, record.elapsed_ms / 1000.0, censored=censored)
+        sample = sample_of(record)
+        if sample is not None:
+            self.record(record.kind, record.name, sample[0], censored=sample[1])
 
     def record(self, kind: str, name: str, seconds: float, *, censored: bool = False) -> None:
         """Record one duration of the step `(kind, name)`: it finished in `seconds`, or

@@ -7,24 +7,41 @@ quantile lies in the censored tail), its censored share, and the cap `learned` w
 
 from __future__ import annotations
 
+from typing import Final
+
 from .._learn.book import LatencyBook
 from .._learn.policy import learned
 from .._learn.sketch import Estimate
 from .trace import Trace
 
-__all__ = ["format_learned"]
+__all__ = ["HEADROOM", "MIN_SAMPLES", "QUANTILE", "book_of", "format_learned"]
+
+QUANTILE: Final = 0.99
+HEADROOM: Final = 1.5
+MIN_SAMPLES: Final = 50
+"""The `learned()` settings the report shows: its defaults."""
 
 
-def format_learned(
-    trace: Trace, *, quantile: float = 0.99, headroom: float = 1.5, min_samples: int = 50
-) -> str:
-    """The latency-book table of `trace`, as plain text."""
+def book_of(trace: Trace) -> LatencyBook:
+    """A latency book fed every step record of `trace` (and hearing nothing else)."""
     book = LatencyBook(listen=False)
     for run in trace.runs:
         for record in run.steps:
             book.add(record)
     for record in trace.loose:
         book.add(record)
+    return book
+
+
+def format_learned(
+    trace: Trace,
+    *,
+    quantile: float = QUANTILE,
+    headroom: float = HEADROOM,
+    min_samples: int = MIN_SAMPLES,
+) -> str:
+    """The latency-book table of `trace`, as plain text."""
+    book = book_of(trace)
     rule = learned(book, quantile=quantile, headroom=headroom, min_samples=min_samples)
     headers = ("step", "kind", "samples", "cut", "p50 ms", "p90 ms", "p99 ms", "learned cap ms")
     rows = []

@@ -17,7 +17,7 @@ SOURCE = str(Path(langgraph_deadline.__file__).resolve().parents[1])
 
 
 @pytest.mark.timeout(180)
-def test_demo_shows_the_naive_run_overshooting_and_the_deadline_run_on_time(
+def test_demo_shows_the_naive_run_overshooting_and_the_deadline_runs_on_time(
     tmp_path: Path,
 ) -> None:
     plot = tmp_path / "waterfall.png"
@@ -39,11 +39,13 @@ def test_demo_shows_the_naive_run_overshooting_and_the_deadline_run_on_time(
             ("naive", "naive"),
             ("deadline", "langgraph-deadline "),
             ("hedged", "hedged lookups "),
+            ("learned", "learned caps "),
         ):
             if line.startswith(label):
                 rows[key] = line.split()
-    naive, ours, hedged = rows["naive"], rows["deadline"], rows["hedged"]
-    # columns: label..., budget, wall, terminal..., tool requests past deadline, tokens after
+    naive, ours, hedged, smart = rows["naive"], rows["deadline"], rows["hedged"], rows["learned"]
+    # columns: label..., budget, wall, terminal..., lookups done at, lookups answered,
+    # tool requests past deadline, tokens after
     naive_wall, ours_wall = float(naive[3]), float(ours[2])
     assert naive_wall > 4.0 + 2.0  # per-step timeouts add up
     assert ours_wall < 4.0 + 0.5
@@ -53,15 +55,28 @@ def test_demo_shows_the_naive_run_overshooting_and_the_deadline_run_on_time(
     assert int(naive[-1]) > 50  # the naive run kept streaming (and paying for) tokens
     # columns: lookups answered, tool requests past deadline, tokens after
     assert (ours[-3], naive[-3]) == ("2/3", "2/3")  # the straggling lookup gave nothing
+    assert float(naive[-4]) > 8.0  # the naive lookups waited for the hanging one's timeout
+    assert 2.0 <= float(ours[-4]) < 2.5  # the deadline run's lookups: cut at the 2 s cap
     hedged_wall = float(hedged[3])
     assert hedged_wall < 4.0 + 0.5 and "deadline_exceeded" in hedged
     assert hedged[-3:-1] == ["3/3", "0"] and int(hedged[-1]) <= 1
+    # Learned caps (p90 x 1.5 of the lookups' usual 0.3 to 0.5 s): the hanging request is cut
+    # well before the 2 s cap, the writer starts that much earlier.
+    smart_wall = float(smart[3])
+    assert smart_wall < 4.0 + 0.5 and "deadline_exceeded" in smart
+    assert smart[-3:-1] == ["2/3", "0"] and int(smart[-1]) <= 1
+    assert float(smart[-4]) < float(ours[-4]) - 0.8
+    learned_line = next(
+        line for line in proc.stdout.splitlines() if line.startswith("learned caps:")
+    )
+    assert "warehouse_stock" in learned_line
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # What each user received: the naive run's whole answer, late; the deadline run's answer
     # cut short, then what the tools had found and which one gave nothing in time.
     received = proc.stdout.split("What the user received:")[1]
     naive_answer, rest = received.split("  langgraph-deadline (after")
-    ours_answer, hedged_answer = rest.split("  hedged lookups (after")
+    ours_answer, rest = rest.split("  hedged lookups (after")
+    hedged_answer, smart_answer = rest.split("  learned caps (after")
     assert "thank you again for shopping with us" in " ".join(naive_answer.split())
     ours_text = " ".join(ours_answer.split())
     assert ours_text.count("Thanks for your patience.") == 1
@@ -73,3 +88,8 @@ def test_demo_shows_the_naive_run_overshooting_and_the_deadline_run_on_time(
     assert "- warehouse_stock: the missing item is back in stock" in hedged_text
     assert "No result in time" not in hedged_text
     assert len(hedged_text.split("[cut short")[0]) > len(ours_text.split("[cut short")[0])
+    # The learned run gave the writer the time the straggler no longer took: more of the answer
+    # than the deadline run, and the same two lookups found.
+    smart_text = " ".join(smart_answer.split())
+    assert len(smart_text.split("[cut short")[0]) > len(ours_text.split("[cut short")[0])
+    assert "No result in time from: warehouse_stock." in smart_text
