@@ -209,12 +209,13 @@ def _budget(plan: Plan) -> str:
 
 def why_next(choice: Choice, plan: Plan, result: StepResult[Any]) -> str | None:
     """Why the next model is tried after `choice` did not answer: it failed, or its own cap cut
-    it with time left. None: the next one is not tried (it answered, the deadline cut it, or
-    the caller cancelled it)."""
+    it with time left. None: the next one is not tried (it answered, the deadline cut it, it
+    was cut to keep the time left for the steps that must follow (`then=`), or the caller
+    cancelled it)."""
     status = result.status
     if status is StepStatus.FAILED:
         return f"{choice.name} failed ({type(result.error).__name__})"
-    if status.cut and not plan.clamped:
+    if status.cut and not plan.clamped and not plan.held:
         return f"{choice.name} cut at its cap of {plan.budget or 0.0:.2f} s"
     return None
 

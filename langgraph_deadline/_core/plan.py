@@ -38,6 +38,7 @@ class Plan(NamedTuple):
     started_at: float = 0.0
     ends: Deadline | None = None  # the step's own deadline: `budget` from `started`
     note: str | None = None  # for its record: a learned refusal's numbers, a fallback's cause
+    held: float = 0.0  # seconds kept back for the steps that follow, when that set the budget
 
     @property
     def skip(self) -> bool:
@@ -48,8 +49,10 @@ class Plan(NamedTuple):
 
     @property
     def clamped(self) -> bool:
-        """True when the run's deadline (not the step's cap) set the budget."""
-        if self.budget is None or self.deadline is None:
+        """True when the run's deadline set the budget: not the step's cap, nor the time kept
+        back for the steps that must follow it (`held`), which are the step's own limits (a
+        step cut at either is cut at its own budget, `cancel_source="step_cap"`)."""
+        if self.budget is None or self.deadline is None or self.held > 0.0:
             return False
         return self.cap is None or self.budget < self.cap
 
@@ -123,6 +126,7 @@ def plan_step(
     always starts), and the time to keep back for the steps named to follow it.
     """
     rule = viable = None
+    held = 0.0
     if isinstance(cap, StepRule):
         rule = cap
         cap = rule.cap(kind, name)
@@ -163,7 +167,7 @@ def plan_step(
             budget, shared = budget - held, False
         # A clamped step ends HANDOFF before the enclosing deadline; one its cap set does not.
         if cap is not None and cap <= budget:
-            budget, shared = cap, False
+            budget, shared, held = cap, False, 0.0
         else:
             budget = max(0.0, budget - HANDOFF)
         if shared and budget > 0.0:
@@ -174,6 +178,9 @@ def plan_step(
     note = None
     if viable is not None and budget is not None and 0.0 < budget < min_viable:
         note = viable.refusal(kind, name, budget)
+    elif held > 0.0:
+        assert rule is not None
+        note = rule.held_for(held)
     return Plan(
         name=name,
         kind=kind,
@@ -188,4 +195,5 @@ def plan_step(
         started_at=started_at,
         ends=ends,
         note=note,
+        held=held,
     )

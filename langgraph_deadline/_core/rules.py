@@ -43,6 +43,10 @@ class StepRule:
         must still run after it; 0 when none are named or there is no room."""
         raise NotImplementedError
 
+    def held_for(self, held: float) -> str:
+        """What `held` seconds were kept back for (for the step's record): the steps named."""
+        raise NotImplementedError
+
     def refusal(self, kind: str, name: str, budget: float) -> str:
         """Why the step is not started with `budget`, in numbers (for its record)."""
         raise NotImplementedError

@@ -89,6 +89,9 @@ class Learned(StepRule):
         need = own.typical if own is not None else 0.0
         return after if budget - after >= need else 0.0
 
+    def held_for(self, held: float) -> str:
+        return f"kept back {held:.2f} s for {', '.join(self.then)}"
+
     def _after(self) -> float:
         """The steps in `then`: their learned `quantile`s summed (the warm ones), kept until
         their samples grow by a sixteenth."""

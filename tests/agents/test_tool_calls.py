@@ -14,10 +14,12 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 
 from langgraph_deadline import (
+    LatencyBook,
     StepStatus,
     Terminal,
     client_timeout,
     deadline_tool,
+    learned,
     remaining,
 )
 from langgraph_deadline.agents import DeadlineMiddleware
@@ -159,3 +161,39 @@ async def test_a_tool_out_of_time_is_not_retried_by_tool_retry_middleware(
     (result,) = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert "did not answer within 0.3 s" in result.text  # not "failed after 6 attempts"
     assert out["messages"][-1].text == "went on"
+
+
+@pytest.mark.anyio
+async def test_a_tool_call_cut_to_keep_back_the_models_learned_time_is_cut_at_its_own_limit(
+    server: FakeOpenAIServer,
+) -> None:
+    """`then=`: the model's learned time is kept back from the call's budget; the call is cut
+    there (its own limit, like a cap: `step_cap`), and the model answers in the time kept."""
+
+    @tool
+    async def stock(sku: str) -> str:
+        """Stock level for a SKU (takes 5 s)."""
+        await asyncio.sleep(5.0)
+        return "never"
+
+    book = LatencyBook(listen=False)
+    for _ in range(60):
+        book.record("model", "model", 2.0)
+    rule = learned(book, cap=10.0, then=["model:model"])
+    server.enqueue(ChatReply.tool_call("stock", {"sku": "A1"}), ChatReply.text("no stock info"))
+    middleware = DeadlineMiddleware(timeout=3.0, tool_caps={"stock": rule})
+    agent = create_agent(chat(server), [stock], middleware=[middleware])
+
+    t0 = time.monotonic()
+    out = await agent.ainvoke(ask())
+    took = time.monotonic() - t0
+
+    assert took < 3.0 - 2.0 + MARGIN * 2  # cut at the deadline less the model's 2 s
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+    assert out["messages"][-1].text == "no stock info"
+    (cut,) = [r for r in out["deadline_trace"] if r.kind == "tool"]
+    assert (cut.status, cut.cancel_source, cut.clamped) == (StepStatus.TIMED_OUT, "step_cap", False)
+    assert cut.allocated_ms is not None and cut.allocated_ms == pytest.approx(1000.0, abs=250.0)
+    assert cut.note is not None and cut.note.startswith("kept back ")  # the model's p99
+    assert float(cut.note.split()[2]) == pytest.approx(2.0, abs=0.05)
+    assert cut.note.endswith(" s for model:model")

@@ -5,6 +5,8 @@ with the time left. Against a real `ChatOpenAI` streaming from the local server.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,16 +14,19 @@ from typing import Any
 import httpx
 import pytest
 from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
+    LatencyBook,
     StepStatus,
     Terminal,
     deadline_tool,
+    learned,
     with_deadlines,
 )
 from langgraph_deadline.instrument import StepEvent, get_observers, set_observers
@@ -209,3 +214,106 @@ def test_a_sync_tool_past_the_cap_is_abandoned_and_answers_the_model(
     assert "did not answer within 0.5 s" in answers["stock"]
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED
     assert [r.status for r in out["deadline_trace"] if r.name == "stock"] == [StepStatus.ABANDONED]
+
+
+# -- `then=`: the time kept back for the steps that follow is the call's own limit -------------
+
+THEN_TIMEOUT = 3.0
+WRITER_P90 = 2.0  # the writer's learned time, kept back from the tool call's budget
+WRITER_TAKES = 0.8  # what it takes in the test: it fits in what was kept back
+
+
+def _writer_book() -> LatencyBook:
+    book = LatencyBook(listen=False)  # only what we feed it
+    for _ in range(60):
+        book.record("node", "writer", WRITER_P90)
+    return book
+
+
+def _kept_back_graph(stock: Any, writer: Any) -> StateGraph[Any, Any, Any, Any]:
+    """call a tool -> ToolNode -> writer: the writer must still run after the tool call."""
+
+    def agent(state: Chat) -> dict[str, Any]:
+        call = {"name": "stock", "args": {"sku": "A1"}, "id": "call-1", "type": "tool_call"}
+        return {"messages": [AIMessage("", tool_calls=[call])]}
+
+    b = StateGraph(Chat)
+    b.add_node("agent", agent)
+    b.add_node("tools", ToolNode([stock]))
+    b.add_node("writer", writer)
+    b.add_edge(START, "agent")
+    b.add_edge("agent", "tools")
+    b.add_edge("tools", "writer")
+    b.add_edge("writer", END)
+    return b
+
+
+def _assert_cut_to_leave_the_writer_its_time(out: dict[str, Any], took: float, status: Any) -> None:
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+    assert out["messages"][-1].content == "the report"  # the writer ran
+    trace = out["deadline_trace"]
+    (cut,) = [r for r in trace if r.name == "stock"]
+    assert (cut.kind, cut.status, cut.cancel_source, cut.clamped) == (
+        "tool",
+        status,
+        "step_cap",
+        False,
+    )
+    # cut at about the deadline less the writer's learned time, not at the deadline
+    assert cut.allocated_ms is not None
+    assert cut.allocated_ms / 1000.0 == pytest.approx(THEN_TIMEOUT - WRITER_P90, abs=0.25)
+    assert cut.elapsed_ms / 1000.0 < THEN_TIMEOUT - WRITER_P90 + MARGIN / 2
+    assert "kept back" in (cut.note or "") and "node:writer" in (cut.note or "")
+    (writer,) = [r for r in trace if r.name == "writer"]
+    assert writer.status is StepStatus.COMPLETED
+    assert took < THEN_TIMEOUT
+
+
+@pytest.mark.anyio
+async def test_a_tool_call_cut_to_keep_back_the_writers_learned_time_lets_the_writer_run() -> None:
+    @tool
+    async def stock(sku: str) -> str:
+        """Current stock level for a SKU (takes 5 s)."""
+        await asyncio.sleep(5.0)
+        return "12 in stock"
+
+    async def writer(state: Chat) -> dict[str, Any]:
+        await asyncio.sleep(WRITER_TAKES)
+        return {"messages": [AIMessage("the report")]}
+
+    rule = learned(_writer_book(), cap=10.0, then=["node:writer"])
+    graph = with_deadlines(
+        _kept_back_graph(stock, writer), timeout=THEN_TIMEOUT, caps={"tools": rule}
+    )
+    t0 = time.monotonic()
+    out = await graph.ainvoke({"messages": [HumanMessage("stock of A1?")]})
+    took = time.monotonic() - t0
+    _assert_cut_to_leave_the_writer_its_time(out, took, StepStatus.TIMED_OUT)
+    told = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in told] == ["error"] and "did not answer within" in told[0].text
+
+
+def test_a_sync_tool_call_cut_to_keep_back_the_writers_learned_time_lets_the_writer_run() -> None:
+    release = threading.Event()
+
+    @tool
+    def stock(sku: str) -> str:
+        """Current stock level for a SKU (takes 5 s)."""
+        release.wait(5.0)
+        return "12 in stock"
+
+    def writer(state: Chat) -> dict[str, Any]:
+        time.sleep(WRITER_TAKES)
+        return {"messages": [AIMessage("the report")]}
+
+    rule = learned(_writer_book(), cap=10.0, then=["node:writer"])
+    graph = with_deadlines(
+        _kept_back_graph(stock, writer), timeout=THEN_TIMEOUT, caps={"tools": rule}
+    )
+    try:
+        t0 = time.monotonic()
+        out = graph.invoke({"messages": [HumanMessage("stock of A1?")]})
+        took = time.monotonic() - t0
+    finally:
+        release.set()  # the abandoned thread ends now
+    _assert_cut_to_leave_the_writer_its_time(out, took, StepStatus.ABANDONED)

@@ -135,9 +135,13 @@ def test_then_keeps_back_the_time_of_the_steps_that_follow_when_it_fits() -> Non
     with deadline_scope(3.0):
         held = plan_step("search", "tool", cap=rule, min_viable=0.0)
     assert held.budget == pytest.approx(2.0, abs=0.05)  # 3 s less the answer's 1 s
+    # the time kept back is the step's own limit, not the deadline's: cut there like at a cap
+    assert held.held == pytest.approx(1.0, abs=0.05) and not held.clamped
+    assert held.note is not None and held.note.endswith(" s for answer")
     with deadline_scope(2.0):  # 2 - 1 leaves search less than its median: nothing kept back
         kept = plan_step("search", "tool", cap=rule, min_viable=0.0)
     assert kept.budget == pytest.approx(2.0, abs=0.05)
+    assert kept.held == 0.0 and kept.clamped and kept.note is None  # the deadline set it
     alone = learned(book, min_samples=50, quantile=0.9)
     with deadline_scope(3.0):
         assert plan_step("search", "tool", cap=alone, min_viable=0.0).budget == pytest.approx(
