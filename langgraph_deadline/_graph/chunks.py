@@ -91,7 +91,8 @@ def closing_chunks(
     """The last chunks of a stream that ended early, in the caller's stream format: an update
     from the step that ran out (its `fields`: outcome, trace) and the final values (of those
     `kinds` that the caller's modes ask for)."""
-    modes = [mode] if isinstance(mode, str) else list(mode)
+    tagged = not isinstance(mode, str)  # a list of modes, even of one: LangGraph tags chunks
+    modes = list(mode) if tagged else [mode]
     update = {k: state[k] for k in fields if k in state}
     parts = []
     if "updates" in modes and "updates" in kinds:
@@ -103,9 +104,9 @@ def closing_chunks(
         if version == "v2":
             chunks.append({"type": kind, "ns": (), "data": payload})
         elif subgraphs:
-            chunks.append(((), kind, payload) if len(modes) > 1 else ((), payload))
+            chunks.append(((), kind, payload) if tagged else ((), payload))
         else:
-            chunks.append((kind, payload) if len(modes) > 1 else payload)
+            chunks.append((kind, payload) if tagged else payload)
     return chunks
 
 

@@ -13,7 +13,7 @@ from langgraph.pregel import Pregel
 from langgraph.types import Command, Overwrite
 from typing_extensions import TypedDict
 
-from langgraph_deadline import Deadline, with_deadlines
+from langgraph_deadline import Deadline, DeadlineState, with_deadlines
 from langgraph_deadline._core.tracker import RunTracker
 from langgraph_deadline._graph.chunks import closing_chunks, deadline_given, note_chunk
 
@@ -60,7 +60,9 @@ def test_the_deadline_a_runs_input_gives() -> None:
     [
         ("values", False, "v1", [{"deadline_outcome": "o", "x": 1}]),
         (["updates", "values"], False, "v1", ["updates", "values"]),
-        (["values"], True, "v1", [((), {"deadline_outcome": "o", "x": 1})]),
+        (["values"], True, "v1", [((), "values", {"deadline_outcome": "o", "x": 1})]),
+        (["values"], False, "v1", [("values", {"deadline_outcome": "o", "x": 1})]),
+        ("values", True, "v1", [((), {"deadline_outcome": "o", "x": 1})]),
         ("values", False, "v2", ["values"]),
         ("messages", False, "v1", []),
     ],
@@ -115,3 +117,47 @@ async def test_the_stream_under_ainvoke_is_noted_and_closes_for_a_reader_that_cl
     await asyncio.sleep(0.05)
     assert [kind for kind, _ in seen] == ["NotedStream", "NotedStream"]
     assert out["log"] == ["a"] and ran == ["a"]  # b and c never ran: the stream was closed
+
+
+class TimedSteps(Steps, DeadlineState, total=False):
+    pass
+
+
+def _writer(delay: float) -> StateGraph[Any, Any, Any, Any]:
+    async def plan(state: TimedSteps) -> dict[str, Any]:
+        return {"log": ["plan"]}
+
+    async def write(state: TimedSteps) -> dict[str, Any]:
+        await asyncio.sleep(delay)
+        return {"log": ["write"]}
+
+    b = StateGraph(TimedSteps)
+    b.add_node("plan", plan)
+    b.add_node("write", write)
+    b.add_edge(START, "plan")
+    b.add_edge("plan", "write")
+    b.add_edge("write", END)
+    return b
+
+
+def _shape(chunk: Any) -> tuple[Any, ...]:
+    """What a consumer unpacks: a tuple's length and its string tags, or "payload"."""
+    if not isinstance(chunk, tuple):
+        return ("payload",)
+    return (len(chunk), *(c for c in chunk if isinstance(c, str)))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("modes", [["updates"], ["values"], ["updates", "values"], "updates"])
+@pytest.mark.parametrize("subgraphs", [False, True])
+async def test_a_stream_that_ran_out_ends_in_langgraphs_own_chunk_shapes(
+    modes: Any, subgraphs: bool
+) -> None:
+    """A run cut at its deadline ends its stream with chunks shaped as LangGraph shapes that
+    stream's: a list of modes, even of one, tags every chunk with its mode (`for mode, chunk in
+    graph.astream(..., stream_mode=["updates"])` must not break on the last one)."""
+    options: dict[str, Any] = {"stream_mode": modes, "subgraphs": subgraphs}
+    bare = {_shape(c) async for c in _writer(0.0).compile().astream({"log": []}, **options)}
+    graph = with_deadlines(_writer(10.0), timeout=0.3)
+    ours = [_shape(c) async for c in graph.astream({"log": []}, **options)]
+    assert ours and set(ours) <= bare, (ours, bare)
