@@ -32,7 +32,7 @@ from .._core.run import StepResult, run_async, run_sync
 from .._core.tracker import run_from_config
 from .._core.validate import check_cap, check_seconds
 from .._graph.seams import PASSTHROUGH
-from .._graph.streams import Recut, stop_stream_config
+from .._graph.streams import stream_stopper
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
 from .fallback import (
@@ -47,7 +47,7 @@ from .fallback import (
     why_next,
 )
 from .provider import Rate, call_options, check_rate
-from .timing import timing_for
+from .timing import StreamTiming, timing_for
 
 __all__ = ["BudgetedModel", "ModelLimits", "budgeted_model"]
 
@@ -220,18 +220,9 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
     ) -> StepResult[T]:
         """One model of the chain called on a worker thread, under its plan."""
-        choice, plan = self._chain[chosen.at], chosen.plan
-        model = choice.model
-        options = {
-            **kwargs,
-            **call_options(model, plan.budget, kwargs, tokens_per_second=choice.rate),
-        }
-        timing = timing_for(model, choice.rate)
-        call_cfg = stop_stream_config(cfg, plan.step_deadline(), plan.name)
-        if timing is not None:
-            call_cfg = merge_configs(call_cfg, {"callbacks": [timing]})
+        model, options, call_cfg, timing = self._prepared(chosen, cfg, kwargs, sync=True)
         result = run_sync(
-            plan,
+            chosen.plan,
             lambda: model.invoke(input, call_cfg, **options),
             run=run_from_config(cfg),
             passthrough=PASSTHROUGH,
@@ -239,6 +230,23 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         if timing is not None:
             timing.close(cut=result.status.cut)
         return result
+
+    def _prepared(
+        self, chosen: Pick, cfg: RunnableConfig, kwargs: dict[str, Any], *, sync: bool
+    ) -> tuple[
+        Runnable[LanguageModelInput, T], dict[str, Any], RunnableConfig, StreamTiming | None
+    ]:
+        """What one call of the chosen model runs with: the model, its options (the budget
+        told to the provider), its config (its stream stopped past the cut, timed when its
+        rate is learned) and that timing, if any."""
+        choice, plan = self._chain[chosen.at], chosen.plan
+        model = choice.model
+        options = call_options(model, plan.budget, kwargs, tokens_per_second=choice.rate)
+        timing = timing_for(model, choice.rate)
+        listeners = [stream_stopper(plan.step_deadline(), plan.name, sync=sync), timing]
+        callbacks = [h for h in listeners if h is not None]
+        call_cfg = merge_configs(cfg, {"callbacks": callbacks}) if callbacks else cfg
+        return model, {**kwargs, **options}, call_cfg, timing
 
     async def ainvoke(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
@@ -266,17 +274,9 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
     ) -> StepResult[T]:
         """One model of the chain called under its plan, cancelled at its budget."""
-        choice, plan = self._chain[chosen.at], chosen.plan
-        model = choice.model
-        options = {
-            **kwargs,
-            **call_options(model, plan.budget, kwargs, tokens_per_second=choice.rate),
-        }
-        timing = timing_for(model, choice.rate)
-        listeners = [Recut(plan.step_deadline(), plan.name), *([timing] if timing else [])]
-        call_cfg = merge_configs(cfg, {"callbacks": listeners})
+        model, options, call_cfg, timing = self._prepared(chosen, cfg, kwargs, sync=False)
         result = await run_async(
-            plan,
+            chosen.plan,
             lambda: model.ainvoke(input, call_cfg, **options),
             run=run_from_config(cfg),
             passthrough=PASSTHROUGH,

@@ -43,6 +43,17 @@ class _StopStream(BaseCallbackHandler):
             )
 
 
+def stream_stopper(
+    deadline: Deadline | None, step: str, *, sync: bool
+) -> BaseCallbackHandler | None:
+    """The callback that ends a model's stream past `deadline` when cancelling it does not: a
+    sync stream at its first chunk past it (its thread cannot be cancelled), an async one whose
+    cancellation was swallowed below (`Recut`). None without a deadline."""
+    if deadline is None:
+        return None
+    return _StopStream(deadline, step) if sync else Recut(deadline, step)
+
+
 def stop_stream_config(
     config: RunnableConfig | None, deadline: Deadline | None, step: str
 ) -> RunnableConfig:
