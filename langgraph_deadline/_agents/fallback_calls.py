@@ -25,7 +25,6 @@ from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult, run_async, run_sync
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state
-from .._graph.streams import stop_stream_at
 from .fallback import Choice, Fallbacks, Pick, mark_messages, pick, why_next
 from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
 from .run import skipped
@@ -150,7 +149,7 @@ async def acall_chain(
     earlier: list[StepRecord] = []
     while isinstance(step, Pick):
         call = _request_for(request, step, chain[step.at], settings)
-        ears = Ears.of(call, step.plan, settings)
+        ears = Ears.of(call, step.plan, settings, sync=False)
         with ears.listening():
             result = await run_async(step.plan, partial(handler, call), passthrough=PASSTHROUGH)
         said = ears.ended(result)
@@ -169,8 +168,8 @@ def call_chain(
     earlier: list[StepRecord] = []
     while isinstance(step, Pick):
         call = _request_for(request, step, chain[step.at], settings)
-        ears = Ears.of(call, step.plan, settings)
-        body = _body(handler, call, step.plan, ears)
+        ears = Ears.of(call, step.plan, settings, sync=True)
+        body = _body(handler, call, ears)
         result = run_sync(step.plan, body, passthrough=PASSTHROUGH)
         said = ears.ended(result)
         step = _then(request.state, chain, plan_of, rule, step, result, earlier, said)
@@ -180,13 +179,10 @@ def call_chain(
 def _body(
     handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     call: ModelRequest[Any],
-    plan: Plan,
     ears: Ears,
 ) -> Callable[[], ModelResponse[Any]]:
-    stop = plan.step_deadline()
-
     def body() -> ModelResponse[Any]:
-        with stop_stream_at(stop, plan.name), ears.listening():
+        with ears.listening():
             return handler(call)
 
     return body

@@ -37,7 +37,6 @@ from .._core.run import run_async, run_sync
 from .._core.validate import show
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state, fresh_run_update
-from .._graph.streams import stop_stream_at
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
 from .._tools.tool import DeadlineTool
@@ -278,7 +277,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if plan.skip:
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
-        ears = Ears.of(budgeted, plan, self.settings)
+        ears = Ears.of(budgeted, plan, self.settings, sync=False)
         with ears.listening():
             result = await run_async(plan, lambda: handler(budgeted), passthrough=PASSTHROUGH)
         return model_result(request.state, result, partial=ears.ended(result))
@@ -296,11 +295,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if plan.skip:
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
-        stop = plan.step_deadline()
-        ears = Ears.of(budgeted, plan, self.settings)
+        ears = Ears.of(budgeted, plan, self.settings, sync=True)
 
         def body() -> ModelResponse[Any]:
-            with stop_stream_at(stop, MODEL_STEP), ears.listening():
+            with ears.listening():
                 return handler(budgeted)
 
         result = run_sync(plan, body, passthrough=PASSTHROUGH)

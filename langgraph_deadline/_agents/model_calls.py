@@ -8,13 +8,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, ModelResponse
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.types import Command
 
 from .._core.plan import Plan, plan_step
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
 from .._graph.state import deadline_from_state
-from .._graph.streams import PartialAnswer, Recut, callbacks_in_context
+from .._graph.streams import PartialAnswer, callbacks_in_context, stream_stopper
 from .closing import give_up
 from .fallback import MIN_SAMPLES
 from .note import budget_note, tool_times, with_note
@@ -61,28 +62,34 @@ def with_budget(
 
 class Ears(NamedTuple):
     """What listens to one model call's stream: the text it said (for a cut call's partial
-    answer; it also ends a stream whose cancellation was swallowed, `Recut`) and its timing
-    (for a learned rate). `Ears.of` makes them; `listening()` hands them
-    to the call; `ended` closes them and returns what the call had said."""
+    answer), the stopper that ends it past the cut when cancelling it does not (a sync call's
+    thread; an async call whose cancellation was swallowed) and its timing (for a learned
+    rate). `Ears.of` makes them; `listening()` hands them to the call; `ended` closes them and
+    returns what the call had said."""
 
-    said: Recut  # a PartialAnswer when the cut text is kept
+    said: PartialAnswer | None
+    stopper: BaseCallbackHandler | None
     timing: StreamTiming | None
 
     @classmethod
-    def of(cls, request: ModelRequest[Any], plan: Plan, settings: MiddlewareSettings) -> Ears:
-        stop = plan.step_deadline()
-        said = (PartialAnswer if settings.partial_answer else Recut)(stop, plan.name)
-        return cls(said, timing_for(request.model, settings.tokens_per_second))
+    def of(
+        cls, request: ModelRequest[Any], plan: Plan, settings: MiddlewareSettings, *, sync: bool
+    ) -> Ears:
+        return cls(
+            PartialAnswer() if settings.partial_answer else None,
+            stream_stopper(plan.step_deadline(), plan.name, sync=sync),
+            timing_for(request.model, settings.tokens_per_second),
+        )
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
-        with callbacks_in_context(self.said, self.timing):
+        with callbacks_in_context(self.said, self.stopper, self.timing):
             yield
 
     def ended(self, result: StepResult[Any]) -> str:
         if self.timing is not None:
             self.timing.close(cut=result.status.cut)
-        return self.said.text if isinstance(self.said, PartialAnswer) else ""
+        return self.said.text if self.said is not None else ""
 
 
 def model_result(
