@@ -20,10 +20,21 @@ from .._learn.book import KINDS, LatencyBook
 from .._learn.policy import Learned
 from .._learn.sketch import Estimate
 
-__all__ = ["QUANTILES", "Row", "Source"]
+__all__ = ["HELP", "QUANTILES", "Row", "Source"]
 
 QUANTILES: Final = (0.5, 0.9, 0.99)
 """The quantiles shown unless told otherwise: p50, p90, p99."""
+
+HELP: Final = {
+    "seconds": "Each step's learned latency quantiles.",
+    "at_least": (
+        "1 when the learned quantile lies among cut samples: the true value is that or more."
+    ),
+    "samples": "Samples in the latency book, finished and cut.",
+    "censored": "Share of the samples cut at their budget (censored).",
+    "cap": "The cap learned() would choose now.",
+}
+"""Each gauge's description, the same in Prometheus and OpenTelemetry."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

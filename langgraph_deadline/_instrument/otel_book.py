@@ -12,7 +12,7 @@ from .._core.extras import needs_extra
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
 from .._learn.sketch import Estimate
-from .book import QUANTILES, Row, Source
+from .book import HELP, QUANTILES, Row, Source
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -130,30 +130,26 @@ class OtelBookGauges:
                 "langgraph_deadline", version("langgraph-deadline"), meter_provider=provider
             )
         prefix = "langgraph_deadline.learned"
-        meter.create_observable_gauge(
-            f"{prefix}.duration", [gauges.seconds], "s", "Each step's learned latency quantiles."
-        )
+        meter.create_observable_gauge(f"{prefix}.duration", [gauges.seconds], "s", HELP["seconds"])
         meter.create_observable_gauge(
             f"{prefix}.at_least",
             [gauges.at_least],
             "",
-            "1 when the learned quantile lies among cut samples: the true value is that or more.",
+            HELP["at_least"],
         )
         meter.create_observable_gauge(
             f"{prefix}.samples",
             [gauges.samples],
             "{sample}",
-            "Samples in the latency book, finished and cut.",
+            HELP["samples"],
         )
         meter.create_observable_gauge(
             f"{prefix}.censored_ratio",
             [gauges.censored],
             "1",
-            "Share of the samples cut at their budget (censored).",
+            HELP["censored"],
         )
-        meter.create_observable_gauge(
-            f"{prefix}.cap", [gauges.cap], "s", "The cap learned() would choose now."
-        )
+        meter.create_observable_gauge(f"{prefix}.cap", [gauges.cap], "s", HELP["cap"])
 
     def __repr__(self) -> str:
         return "OtelBookGauges()"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .._core.extras import needs_extra
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
-from .book import QUANTILES, Source
+from .book import HELP, QUANTILES, Source
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -109,26 +109,20 @@ class PrometheusBookCollector:
 
         ns = self._namespace
         step, quantile = ["step", "kind"], ["step", "kind", "quantile"]
-        yield GaugeMetricFamily(
-            f"{ns}_learned_seconds", "Each step's learned latency quantiles.", labels=quantile
-        )
+        yield GaugeMetricFamily(f"{ns}_learned_seconds", HELP["seconds"], labels=quantile)
         yield GaugeMetricFamily(
             f"{ns}_learned_at_least",
-            "1 when the learned quantile lies among cut samples: the true value is that or more.",
+            HELP["at_least"],
             labels=quantile,
         )
-        yield GaugeMetricFamily(
-            f"{ns}_learned_samples", "Samples in the latency book, finished and cut.", labels=step
-        )
+        yield GaugeMetricFamily(f"{ns}_learned_samples", HELP["samples"], labels=step)
         yield GaugeMetricFamily(
             f"{ns}_learned_censored_ratio",
-            "Share of the samples cut at their budget (censored).",
+            HELP["censored"],
             labels=step,
         )
         if self._source.rule is not None:
-            yield GaugeMetricFamily(
-                f"{ns}_learned_cap_seconds", "The cap learned() would choose now.", labels=step
-            )
+            yield GaugeMetricFamily(f"{ns}_learned_cap_seconds", HELP["cap"], labels=step)
 
     def __repr__(self) -> str:
         return f"PrometheusBookCollector(namespace={self._namespace!r})"
