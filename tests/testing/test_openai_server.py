@@ -359,3 +359,45 @@ def test_importing_the_kit_needs_neither_starlette_nor_uvicorn() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert "pip install" in out.stdout
+
+
+# -- one process, many servers --------------------------------------------------------------------
+
+
+def test_a_port_an_earlier_server_had_is_never_handed_out_again(monkeypatch: Any) -> None:
+    """langchain-openai keeps one httpx client per base URL for the life of the process. When
+    the kernel offers a new server the port of one gone before, its URL would reach the new
+    server through the old client, with connections of a closed event loop ("Event loop is
+    closed", seen in CI). Here the kernel is made to offer the old port once."""
+    import socket as real_socket
+    import types
+
+    from langgraph_deadline.testing import _openai_server
+
+    def ask(server: FakeOpenAIServer) -> None:
+        async def call() -> None:
+            server.enqueue(ChatReply.text("hi"))
+            model = ChatOpenAI(base_url=server.base_url, api_key="test", model="gpt-fake")
+            assert (await model.ainvoke([HumanMessage("hi")])).content == "hi"
+
+        asyncio.run(call())  # a loop of its own, closed after
+
+    with FakeOpenAIServer() as first:
+        ask(first)
+    offered: list[int] = []
+
+    class Recycling(real_socket.socket):
+        def bind(self, address: Any) -> None:
+            if not offered:  # the kernel's first offer: the old port
+                offered.append(first.port)
+                address = (address[0], first.port)
+            super().bind(address)
+
+    fake = types.SimpleNamespace(**{n: getattr(real_socket, n) for n in dir(real_socket)})
+    fake.socket = Recycling
+    monkeypatch.setattr(_openai_server, "socket", fake)
+    with FakeOpenAIServer() as second:
+        monkeypatch.undo()
+        assert offered == [first.port]
+        assert second.port != first.port
+        ask(second)
