@@ -60,7 +60,11 @@ def _tool(
         """Search the catalogue."""
         copy = copies.get(call, 0)
         copies[call] = copy + 1
-        params = {"delay": f"{delays[call][copy]:.6f}", "call": call, "copy": copy}
+        params: dict[str, str | int] = {
+            "delay": f"{delays[call][copy]:.6f}",
+            "call": call,
+            "copy": copy,
+        }
         text = (await client.get(server.url("/slow"), params=params)).text
         answered.setdefault(call, time.monotonic())
         return text
