@@ -33,6 +33,7 @@ from ._background import Background
 from ._chat_record import ServedChatRequest, disconnects
 from ._chat_script import ChatReply, check_seconds
 from ._openai_wire import AsgiEndpoint, Exchange, parse_body
+from ._ports import unused_port_socket
 
 __all__ = ["DEFAULT_CHUNK_INTERVAL", "FakeOpenAIServer"]
 
@@ -108,7 +109,7 @@ class FakeOpenAIServer(Background):
 
         if self._thread is not None:
             raise RuntimeError("FakeOpenAIServer is already started")
-        sock = _unused_port_socket(self.host)
+        sock = unused_port_socket(self.host)
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self._build_app(),
@@ -286,30 +287,3 @@ class FakeOpenAIServer(Background):
             self.requests.append(rec)
             self._changed.notify_all()
         await Exchange(self, rec, receive, send).run()
-
-
-_PORTS_HANDED_OUT: set[tuple[str, int]] = set()
-_PORTS_LOCK = threading.Lock()
-
-
-def _unused_port_socket(host: str) -> socket.socket:
-    """A socket bound to a port no earlier server of this process had. langchain-openai keeps
-    one httpx client per base URL for the life of the process: a server on a reused port would
-    be reached through an old server's client, with idle connections of an event loop that
-    may be closed by now ("Event loop is closed" in whichever test or run comes next)."""
-    held: list[socket.socket] = []  # ports seen before stay bound, so the next bind differs
-    try:
-        with _PORTS_LOCK:
-            for _ in range(1000):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((host, 0))
-                key = (host, sock.getsockname()[1])
-                if key not in _PORTS_HANDED_OUT:
-                    _PORTS_HANDED_OUT.add(key)
-                    return sock
-                held.append(sock)
-        raise RuntimeError(f"FakeOpenAIServer found no port on {host} unused in this process")
-    finally:
-        for sock in held:
-            sock.close()

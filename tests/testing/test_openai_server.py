@@ -372,7 +372,7 @@ def test_a_port_an_earlier_server_had_is_never_handed_out_again(monkeypatch: Any
     import socket as real_socket
     import types
 
-    from langgraph_deadline.testing import _openai_server
+    from langgraph_deadline.testing import _ports
 
     def ask(server: FakeOpenAIServer) -> None:
         async def call() -> None:
@@ -395,7 +395,7 @@ def test_a_port_an_earlier_server_had_is_never_handed_out_again(monkeypatch: Any
 
     fake = types.SimpleNamespace(**{n: getattr(real_socket, n) for n in dir(real_socket)})
     fake.socket = Recycling
-    monkeypatch.setattr(_openai_server, "socket", fake)
+    monkeypatch.setattr(_ports, "socket", fake)
     with FakeOpenAIServer() as second:
         monkeypatch.undo()
         assert offered == [first.port]
