@@ -22,7 +22,14 @@ from .messages import messages_of
 from .seams import PASSTHROUGH, node_attempt
 from .settings import NodeSettings
 from .state import deadline_from_state
-from .streams import PartialAnswer, callbacks_in_context, stop_stream_at, stop_stream_config
+from .streams import (
+    PartialAnswer,
+    callbacks_in_context,
+    recut_in_step,
+    recut_out_of_step,
+    stop_stream_at,
+    stop_stream_config,
+)
 
 __all__ = ["NodeStep"]
 
@@ -136,12 +143,17 @@ class NodeStep:
         said = said or listening(state, run, finished)
         if said is not None:  # a node that may stream an answer: its stream ends at the cut
             said.stop, said.step = plan.step_deadline(), self.name
-        with (
-            child_records() as children,
-            StepRun(plan, run, passthrough=PASSTHROUGH) as step,
-            callbacks_in_context(said),
-        ):
-            step.value = await body()  # in this coroutine: one frame fewer than run_async's
+        recut = recut_in_step() if said is None else None  # else `said` cuts its streams again
+        try:
+            with (
+                child_records() as children,
+                StepRun(plan, run, passthrough=PASSTHROUGH) as step,
+                callbacks_in_context(said),
+            ):
+                step.value = await body()  # in this coroutine: one frame fewer than run_async's
+        finally:
+            if recut is not None:
+                recut_out_of_step(recut)
         kept(said, step.result, run)
         return finish(state, step.result, children, plan, self.settings, run, finished)
 

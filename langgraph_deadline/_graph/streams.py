@@ -8,17 +8,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from contextvars import ContextVar, Token
+from typing import Any, Final
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_core.runnables.config import merge_configs, var_child_runnable_config
+from langchain_core.tracers.context import register_configure_hook
 
+from .._core.context import current_scopes
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.observe import TokensEvent, emit_tokens
 
-__all__ = ["PartialAnswer", "Recut", "callbacks_in_context", "stop_stream_at", "stop_stream_config"]
+__all__ = [
+    "PartialAnswer",
+    "Recut",
+    "callbacks_in_context",
+    "recut_in_step",
+    "recut_out_of_step",
+    "stop_stream_at",
+    "stop_stream_config",
+]
 
 
 class _StopStream(BaseCallbackHandler):
@@ -97,16 +108,55 @@ class Recut(BaseCallbackHandler):
         self.step = step
 
     def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
-        stop = self.stop
-        if stop is None or not stop.expired:
-            return
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:  # a worker thread: `_StopStream` stops sync streams
-            return
-        if task is not None and task.cancelling():
-            emit_tokens(TokensEvent(step=self.step, tokens=1))
-            raise asyncio.CancelledError(f"deadline exceeded in {self.step}: stream stopped")
+        _recut(self.stop, self.step)
+
+
+def _recut(stop: Deadline | None, step: str) -> None:
+    if stop is None or not stop.expired:
+        return
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # a worker thread: `_StopStream` stops sync streams
+        return
+    if task is not None and task.cancelling():
+        emit_tokens(TokensEvent(step=step, tokens=1))
+        raise asyncio.CancelledError(f"deadline exceeded in {step}: stream stopped")
+
+
+class _RecutInStep(BaseCallbackHandler):
+    """`Recut` for any model stream inside a budgeted step, whatever calls it (user code in
+    a node of any state, a `@task`): the step's deadline is the one in context. LangChain adds
+    it to the callbacks of every run started while `_IN_STEP` holds it (a configure hook), so
+    a step pays for it only by setting that variable."""
+
+    run_inline = True
+    ignore_chain = True
+    ignore_agent = True
+    ignore_retriever = True
+    ignore_retry = True
+    ignore_custom_event = True
+
+    def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
+        scopes = current_scopes()
+        if scopes:
+            _recut(scopes[-1].effective, scopes[-1].name or "a step")
+
+
+_RECUT_IN_STEP: Final = _RecutInStep()
+_IN_STEP: Final[ContextVar[_RecutInStep | None]] = ContextVar(
+    "langgraph_deadline.recut", default=None
+)
+register_configure_hook(_IN_STEP, inheritable=True)
+
+
+def recut_in_step() -> Token[_RecutInStep | None]:
+    """From here on (until `recut_out_of_step`), model streams started in this context are cut
+    again past the deadline in context when their cancellation was swallowed (`Recut`)."""
+    return _IN_STEP.set(_RECUT_IN_STEP)
+
+
+def recut_out_of_step(token: Token[_RecutInStep | None]) -> None:
+    _IN_STEP.reset(token)
 
 
 class PartialAnswer(Recut):

@@ -23,8 +23,10 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langgraph.func import entrypoint, task
 from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import Field
+from typing_extensions import TypedDict
 
 from langgraph_deadline import (
     DeadlineExceeded,
@@ -85,6 +87,13 @@ def _after(model: SwallowingChat, deadline_mono: float) -> int:
     return sum(t > deadline_mono for t in model.produced)
 
 
+async def _assert_stopped(model: SwallowingChat) -> None:
+    """Nothing goes on streaming behind the run once it has returned."""
+    before = len(model.produced)
+    await asyncio.sleep(20 * TICK)
+    assert len(model.produced) <= before + 1
+
+
 @pytest.mark.anyio
 async def test_a_budgeted_node_ends_a_stream_that_swallowed_its_cancellation() -> None:
     model = SwallowingChat(streaming=True)
@@ -104,8 +113,58 @@ async def test_a_budgeted_node_ends_a_stream_that_swallowed_its_cancellation() -
     assert took < 0.5 + MARGIN
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     assert _after(model, t0 + 0.5) <= 1
-    await asyncio.sleep(3 * TICK)
-    assert len(model.produced) < TOKENS // 4  # nothing goes on streaming behind the run
+    await _assert_stopped(model)  # nothing goes on streaming behind the run
+
+
+class Question(DeadlineState):
+    """No messages: nothing in the node collects a partial answer."""
+
+    question: str
+    answer: str
+
+
+@pytest.mark.anyio
+async def test_a_node_of_any_state_ends_a_stream_that_swallowed_its_cancellation() -> None:
+    model = SwallowingChat(streaming=True)
+
+    async def writer(state: Question) -> dict[str, Any]:
+        return {"answer": (await model.ainvoke(state["question"])).text}
+
+    builder = StateGraph(Question)
+    builder.add_node("writer", writer)
+    builder.add_edge(START, "writer")
+    graph = with_deadlines(builder, timeout=0.5, reserve=0.1)
+
+    t0 = time.monotonic()
+    out = await graph.ainvoke({"question": "count"})
+    took = time.monotonic() - t0
+
+    assert took < 0.5 + MARGIN
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert _after(model, t0 + 0.5) <= 1
+    await _assert_stopped(model)
+
+
+@pytest.mark.anyio
+async def test_a_task_ends_a_stream_that_swallowed_its_cancellation() -> None:
+    model = SwallowingChat(streaming=True)
+
+    @task
+    async def write(question: str) -> str:
+        return (await model.ainvoke(question)).text
+
+    @entrypoint()
+    async def answer(question: str) -> str:
+        return await write(question)
+
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineExceeded):
+        await with_deadlines(answer, timeout=0.5).ainvoke("count")
+    took = time.monotonic() - t0
+
+    assert took < 0.5 + MARGIN
+    assert _after(model, t0 + 0.5) <= 1
+    await _assert_stopped(model)
 
 
 @pytest.mark.anyio
@@ -121,8 +180,7 @@ async def test_budgeted_model_ends_a_stream_that_swallowed_its_cancellation() ->
 
     assert took < 0.4 + MARGIN
     assert _after(model, t0 + 0.4) <= 1
-    await asyncio.sleep(3 * TICK)
-    assert len(model.produced) < TOKENS // 4
+    await _assert_stopped(model)
 
 
 @pytest.mark.anyio
@@ -142,5 +200,4 @@ async def test_the_middleware_ends_a_stream_that_swallowed_its_cancellation(
     (record,) = out["deadline_trace"]
     assert record.status is StepStatus.TIMED_OUT
     assert _after(model, t0 + 0.5) <= 1
-    await asyncio.sleep(3 * TICK)
-    assert len(model.produced) < TOKENS // 4
+    await _assert_stopped(model)
