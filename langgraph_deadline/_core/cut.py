@@ -2,10 +2,10 @@
 
 Every node, tool, model call and HTTP request opens one of these, so it is the hot path. It
 keeps what an anyio cancel scope gives a step (the body is really cancelled, cancellation is
-delivered again if the body swallows it, the caller's own cancellation passes through, a
-shielded clean-up inside the body runs to its end) without anyio's per-scope bookkeeping of
-task states and parent scopes, which a step does not need: it never spans tasks. Off asyncio
-(trio), `guard.py` uses an anyio scope instead.
+delivered again if the body swallows it, after a short grace for an unshielded clean-up; the
+caller's own cancellation passes through, a shielded clean-up inside the body runs to its end)
+without anyio's per-scope bookkeeping of task states and parent scopes, which a step does not
+need: it never spans tasks. Off asyncio (trio), `guard.py` uses an anyio scope instead.
 """
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ from .deadline import Deadline
 __all__ = ["Cut", "Due"]
 
 _MESSAGE: Final = "cut by langgraph-deadline"
+
+# Seconds a body is given, after its first cancellation, to clean up before a new await of its
+# is cancelled again. A library that answers a cancellation by awaiting its own clean-up
+# without a shield (psycopg cancels the query in the server, then waits for it to end) would
+# otherwise be cancelled in the middle of it: psycopg then closes the connection for good.
+# A body that swallowed the cancellation and moved on overruns by this much at most.
+GRACE: Final = 0.2
 
 
 Ts = TypeVarTuple("Ts")
@@ -81,12 +88,14 @@ class Cut:
     in a task it awaits, nothing is delivered until it leaves it; nothing is delivered to a task
     about to wake with a result either; and what the task awaits is cancelled once, never again: a
     task or a `gather` it waits on, once cancelled, is left to end as it will (its own
-    shielded clean-up included)."""
+    shielded clean-up included). Unlike one, it cancels a body again only `GRACE` seconds
+    after the first time, so that a clean-up awaited without a shield can end."""
 
     __slots__ = (
         "_again",
         "_calls",
         "_cancelling",
+        "_grace_ends",
         "_handle",
         "_loop",
         "_outer",
@@ -104,6 +113,7 @@ class Cut:
         self._handle: Due | None = None
         self._again: asyncio.Handle | None = None
         self._calls = 0
+        self._grace_ends = 0.0  # loop time: before it, what the task awaits is not cancelled
         self._sent: object = None  # what the task awaited when last cancelled
         # The task's innermost anyio scope outside this block: shields below it are the body's.
         # (Inline: every step opens a cut.)
@@ -138,15 +148,21 @@ class Cut:
     def _deliver(self) -> None:
         # Like anyio: every loop iteration until the block is left, cancel the task whenever it
         # waits on something it was not cancelled at already, so a body that swallows one
-        # cancellation (an old `asyncio.wait_for`) is cancelled again at its next await. Not
-        # while the body is inside a shielded anyio scope; and never twice at the same waiter:
-        # cancelling a task again that awaits another task (LangChain runs a tool's coroutine in
-        # one) would cancel that task's shielded clean-up. Nor while the cancellation would land
-        # where anyio's would not (`_reachable`): in a shielded scope of a task the body awaits,
-        # or on a task about to wake with a result.
+        # cancellation (an old `asyncio.wait_for`) is cancelled again at its next await. Unlike
+        # anyio, only once `GRACE` has passed since the first: an unshielded clean-up awaiting
+        # after the cancellation (psycopg's) ends first. Not while the body is inside a
+        # shielded anyio scope; and never twice at the same waiter: cancelling a task again that
+        # awaits another task (LangChain runs a tool's coroutine in one) would cancel that
+        # task's shielded clean-up. Nor while the cancellation would land where anyio's would
+        # not (`_reachable`): in a shielded scope of a task the body awaits, or on a task about
+        # to wake with a result.
         self._again = None
         task = self._task
         if task is None:
+            return
+        loop = self._loop
+        if self._calls and loop.time() < self._grace_ends:
+            self._again = loop.call_at(self._grace_ends, self._deliver)
             return
         if not _shielded(task, self._outer):
             waiter = getattr(task, "_fut_waiter", None)
@@ -154,10 +170,12 @@ class Cut:
                 self._calls == 0
                 or (waiter is not None and waiter is not self._sent and _started(waiter))
             ) and _reachable(waiter, self._outer):
+                if self._calls == 0:
+                    self._grace_ends = loop.time() + GRACE
                 self._calls += 1
                 self._sent = waiter
                 task.cancel(_MESSAGE)
-        self._again = self._loop.call_soon(self._deliver)
+        self._again = loop.call_soon(self._deliver)
 
     def __enter__(self) -> Cut:
         return self

@@ -342,21 +342,22 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             then = (run.deadline, _fire_backstop, run, backstop)
             run.alarm = RunAlarm(loop, run_step_end(run), run.signal, then)
         token = enter_run(run) if self._lgd_settings.guarded_retries else None
-        try:
-            with backstop:
-                try:
+        try:  # the run's end is written outside the backstop: it must not cut that
+            try:
+                with backstop:
                     result = await super().ainvoke(input, cfg, **kwargs)
-                except BaseException as exc:
-                    if (state := await self._aended(run, cfg, exc)) is None:
-                        raise
-                    return state
-                if ran_out_at_the_end(run):
-                    return await afinal_state(self, run, cfg, None)
-        finally:
-            leave_run(token)
-            run.close_alarm()
+            finally:
+                leave_run(token)
+                run.close_alarm()
+        except BaseException as exc:
+            if (state := await self._aended(run, cfg, exc)) is None:
+                raise
+            return state
         if backstop.caught:
+            run.signal.cancel("run_deadline")  # its steps, wherever LangGraph runs them
             return await afinal_state(self, run, cfg, _IN_FLIGHT)
+        if ran_out_at_the_end(run):
+            return await afinal_state(self, run, cfg, None)
         await akeep_deadline(self, run, cfg)
         result, done = self._completed(result, run)
         await akeep_completed(self, cfg, done)

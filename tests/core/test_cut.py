@@ -10,7 +10,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from langgraph_deadline._core.cut import Cut
+from langgraph_deadline._core.cut import GRACE, Cut
 from langgraph_deadline._core.deadline import Deadline
 
 pytestmark = pytest.mark.anyio
@@ -69,6 +69,42 @@ async def test_a_body_that_swallows_the_cancellation_is_cancelled_again() -> Non
 
     cut, result = await _cut_after(0.02, body)
     assert swallowed == [True] and cut.caught and result is None
+
+
+async def test_a_clean_up_awaited_after_the_cancellation_is_not_cancelled_again() -> None:
+    # psycopg answers a cancellation by cancelling the query in the server and waiting for it
+    # to end, unshielded; cancelled again meanwhile, it closes the connection for good.
+    ended = []
+
+    async def body() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(GRACE / 4)  # its clean-up, in two awaits
+            await asyncio.sleep(GRACE / 4)
+            ended.append(True)
+            raise
+        return "finished"
+
+    cut, result = await _cut_after(0.02, body)
+    assert ended == [True] and cut.caught and result is None
+
+
+async def test_a_body_that_swallows_is_cancelled_again_once_the_grace_has_passed() -> None:
+    loop = asyncio.get_running_loop()
+    swallowed: list[float] = []
+
+    async def body() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            swallowed.append(loop.time())  # and goes on, as a buggy library would
+        await asyncio.sleep(10)
+        return "ran on"
+
+    cut, result = await _cut_after(0.02, body)
+    assert result is None and cut.caught and len(swallowed) == 1
+    assert loop.time() - swallowed[0] >= GRACE  # the second waited for the grace to pass
 
 
 async def test_a_cancellation_from_elsewhere_passes_through() -> None:
