@@ -100,7 +100,10 @@ class FakeOpenAIServer(Background):
 
     @property
     def base_url(self) -> str:
-        """For `ChatOpenAI(base_url=...)` / `openai.OpenAI(base_url=...)`: ends in `/v1`."""
+        """For `ChatOpenAI(base_url=...)` / `openai.OpenAI(base_url=...)`: ends in `/v1`. Its
+        port is one no earlier server of the process had: langchain-openai keeps an HTTP
+        client per base URL for the life of the process, and a reused one would carry an old
+        server's connections (of an event loop since closed) to this one."""
         return f"http://{self.host}:{self.port}/v1"
 
     def start(self) -> FakeOpenAIServer:

@@ -26,7 +26,6 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langgraph.func import entrypoint, task
 from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import Field
-from typing_extensions import TypedDict
 
 from langgraph_deadline import (
     DeadlineExceeded,
