@@ -113,7 +113,7 @@ class Cut:
         self._handle: Due | None = None
         self._again: asyncio.Handle | None = None
         self._calls = 0
-        self._grace_ends = 0.0  # loop time: before it, what the task awaits is not cancelled
+        self._grace_ends = 0.0  # set at the first cancellation: none again before this loop time
         self._sent: object = None  # what the task awaited when last cancelled
         # The task's innermost anyio scope outside this block: shields below it are the body's.
         # (Inline: every step opens a cut.)
@@ -161,16 +161,24 @@ class Cut:
         if task is None:
             return
         loop = self._loop
-        if self._calls and loop.time() < self._grace_ends:
+        if self._grace_ends:  # cancelled once already: again only once the grace is over
+            if loop.time() < self._grace_ends:
+                self._again = loop.call_at(self._grace_ends, self._deliver)
+                return
+        elif task.cancelling() > self._cancelling:
+            # Another cut inside (or the caller) has asked the task to stop, and it is winding
+            # down: this cancellation would be its second one, so it waits like one.
+            self._grace_ends = loop.time() + GRACE
+            self._sent = getattr(task, "_fut_waiter", None)
             self._again = loop.call_at(self._grace_ends, self._deliver)
             return
         if not _shielded(task, self._outer):
             waiter = getattr(task, "_fut_waiter", None)
             if (
-                self._calls == 0
+                not self._grace_ends
                 or (waiter is not None and waiter is not self._sent and _started(waiter))
             ) and _reachable(waiter, self._outer):
-                if self._calls == 0:
+                if not self._grace_ends:
                     self._grace_ends = loop.time() + GRACE
                 self._calls += 1
                 self._sent = waiter

@@ -90,6 +90,35 @@ async def test_a_clean_up_awaited_after_the_cancellation_is_not_cancelled_again(
     assert ended == [True] and cut.caught and result is None
 
 
+async def test_an_outer_cut_does_not_cancel_a_clean_up_an_inner_cut_started() -> None:
+    # A node's cut comes 10 ms before the run's own (the backstop): psycopg's clean-up of the
+    # node's query, under way when the run's comes, must not be cancelled by it either.
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    ended = []
+
+    async def body() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            for _ in range(4):  # a clean-up that outlasts the gap between the two cuts
+                await asyncio.sleep(0.01)
+            ended.append(True)
+            raise
+
+    outer = Cut(loop, task)
+    outer.arm(Deadline.after(0.03))
+    with outer:
+        inner = Cut(loop, task)
+        inner.arm(Deadline.after(0.02))
+        with inner:
+            await body()
+    assert ended == [True]
+    assert inner.caught and not outer.caught  # the node's cut ended it, as its own
+    assert task.cancelling() == 0
+
+
 async def test_a_body_that_swallows_is_cancelled_again_once_the_grace_has_passed() -> None:
     loop = asyncio.get_running_loop()
     swallowed: list[float] = []
