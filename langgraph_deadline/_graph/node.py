@@ -247,13 +247,7 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
 
         def invoke(state: Any, config: RunnableConfig) -> Any:
             config, results = _collecting_tool_results(state, config)
-            return step.call(
-                state,
-                config,
-                lambda cfg: runnable.invoke(state, cfg),
-                results,
-                stop_streams=not on_thread,  # a node with an async body too: a prebuilt agent's
-            )
+            return step.call(state, config, lambda cfg: runnable.invoke(state, cfg), results)
 
         async def ainvoke(state: Any, config: RunnableConfig) -> Any:
             return await self.ainvoke(state, config)

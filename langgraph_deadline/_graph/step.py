@@ -22,14 +22,7 @@ from .messages import messages_of
 from .seams import PASSTHROUGH, node_attempt
 from .settings import NodeSettings
 from .state import deadline_from_state
-from .streams import (
-    PartialAnswer,
-    callbacks_in_context,
-    recut_in_step,
-    recut_out_of_step,
-    stop_stream_at,
-    stop_stream_config,
-)
+from .streams import PartialAnswer, callbacks_in_context, streams_let_go, streams_stopped
 
 __all__ = ["NodeStep"]
 
@@ -80,13 +73,10 @@ class NodeStep:
         config: RunnableConfig,
         body: Callable[[RunnableConfig], Any],
         finished: Mapping[str, ToolMessage] | None = None,
-        *,
-        stop_streams: bool = False,
     ) -> Any:
         """Run a sync body under the node's budget (abandoned on a thread past it). The body
-        gets the config to run with; with `stop_streams` its model calls' token streams stop at
-        the budget, since the thread that runs them cannot be stopped (a callback on every run
-        below the node: kept for nodes that call models, such as prebuilt agents' nodes)."""
+        gets the config to run with; its LangChain model streams stop at their first token
+        past the budget, since the thread that runs them cannot be stopped."""
         if already_ended(state):
             return None
         run = run_from_config(config)
@@ -96,21 +86,14 @@ class NodeStep:
         plan = self._plan(config, run, deadline, sync=True)
         if plan.skip:
             return skipped(plan, state, run)
-        stop = plan.step_deadline() if stop_streams else None
         said = listening(state, run, finished)
         if said is not None:
             config = merge_configs(config, {"callbacks": [said]})
-        if stop is None:
 
-            def guarded() -> Any:
-                with callbacks_in_context(said):  # model calls that read the context
-                    return body(config)
-        else:
-            stopping = stop_stream_config(config, stop, self.name)
-
-            def guarded() -> Any:
-                with stop_stream_at(stop, self.name):  # model calls that read the context
-                    return body(stopping)
+        def guarded() -> Any:  # on a worker thread, in a copy of this context
+            streams_stopped()  # its model streams end at the budget: the thread runs on
+            with callbacks_in_context(said):  # model calls that read the context
+                return body(config)
 
         with child_records() as children:
             result = run_sync(plan, guarded, run=run, passthrough=PASSTHROUGH)
@@ -143,7 +126,7 @@ class NodeStep:
         said = said or listening(state, run, finished)
         if said is not None:  # a node that may stream an answer: its stream ends at the cut
             said.stop, said.step = plan.step_deadline(), self.name
-        recut = recut_in_step() if said is None else None  # else `said` cuts its streams again
+        stopped = streams_stopped() if said is None else None  # else `said` stops them
         try:
             with (
                 child_records() as children,
@@ -152,8 +135,8 @@ class NodeStep:
             ):
                 step.value = await body()  # in this coroutine: one frame fewer than run_async's
         finally:
-            if recut is not None:
-                recut_out_of_step(recut)
+            if stopped is not None:
+                streams_let_go(stopped)
         kept(said, step.result, run)
         return finish(state, step.result, children, plan, self.settings, run, finished)
 

@@ -12,7 +12,7 @@ from contextvars import ContextVar, Token
 from typing import Any, Final
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.runnables import RunnableConfig, ensure_config
+from langchain_core.runnables import ensure_config
 from langchain_core.runnables.config import merge_configs, var_child_runnable_config
 from langchain_core.tracers.context import register_configure_hook
 
@@ -25,10 +25,9 @@ __all__ = [
     "PartialAnswer",
     "Recut",
     "callbacks_in_context",
-    "recut_in_step",
-    "recut_out_of_step",
-    "stop_stream_at",
-    "stop_stream_config",
+    "stream_stopper",
+    "streams_let_go",
+    "streams_stopped",
 ]
 
 
@@ -45,13 +44,15 @@ class _StopStream(BaseCallbackHandler):
         self.step = step
 
     def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
-        if self.deadline.expired:
-            emit_tokens(TokensEvent(step=self.step, tokens=1))
-            raise DeadlineExceeded(
-                f"deadline exceeded in {self.step}: stream stopped",
-                deadline=self.deadline,
-                step=self.step,
-            )
+        _stop(self.deadline, self.step)
+
+
+def _stop(deadline: Deadline, step: str) -> None:
+    if deadline.expired:
+        emit_tokens(TokensEvent(step=step, tokens=1))
+        raise DeadlineExceeded(
+            f"deadline exceeded in {step}: stream stopped", deadline=deadline, step=step
+        )
 
 
 def stream_stopper(
@@ -63,32 +64,6 @@ def stream_stopper(
     if deadline is None:
         return None
     return _StopStream(deadline, step) if sync else Recut(deadline, step)
-
-
-def stop_stream_config(
-    config: RunnableConfig | None, deadline: Deadline | None, step: str
-) -> RunnableConfig:
-    """`config` plus a callback that stops a token stream at its first chunk past `deadline`."""
-    cfg = ensure_config(config)
-    if deadline is None:
-        return cfg
-    return merge_configs(cfg, {"callbacks": [_StopStream(deadline, step)]})
-
-
-@contextlib.contextmanager
-def stop_stream_at(deadline: Deadline | None, step: str) -> Iterator[None]:
-    """For sync code that calls a model without passing a config (LangChain's agent loop):
-    the runnable config in context gets the stream-stopping callback for the block."""
-    if deadline is None:
-        yield
-        return
-    token = var_child_runnable_config.set(
-        stop_stream_config(var_child_runnable_config.get(), deadline, step)
-    )
-    try:
-        yield
-    finally:
-        var_child_runnable_config.reset(token)
 
 
 class Recut(BaseCallbackHandler):
@@ -123,12 +98,15 @@ def _recut(stop: Deadline | None, step: str) -> None:
         raise asyncio.CancelledError(f"deadline exceeded in {step}: stream stopped")
 
 
-class _RecutInStep(BaseCallbackHandler):
-    """`Recut` for any model stream inside a budgeted step, whatever calls it (user code in
-    a node of any state, a `@task`): the step's deadline is the one in context. LangChain adds
-    it to the callbacks of every run started while `_IN_STEP` holds it (a configure hook), so
-    a step pays for it only by setting that variable."""
+class _StopInStep(BaseCallbackHandler):
+    """Stops any LangChain model stream inside a budgeted step at its first token past the
+    step's deadline, whatever calls the model (user code in a node of any state, a `@task`):
+    on a worker thread as `_StopStream` does (the thread cannot be stopped otherwise), in a
+    task as `Recut` does. The step's deadline is the one in context. LangChain adds it to the
+    callbacks of every run started while `_IN_STEP` holds it (a configure hook), so a step
+    pays for it only by setting that variable."""
 
+    raise_error = True  # DeadlineExceeded reaches the provider's stream loop
     run_inline = True
     ignore_chain = True
     ignore_agent = True
@@ -138,24 +116,31 @@ class _RecutInStep(BaseCallbackHandler):
 
     def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
         scopes = current_scopes()
-        if scopes:
-            _recut(scopes[-1].effective, scopes[-1].name or "a step")
+        if not scopes:
+            return
+        deadline, step = scopes[-1].effective, scopes[-1].name or "a step"
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a worker thread
+            _stop(deadline, step)
+            return
+        _recut(deadline, step)
 
 
-_RECUT_IN_STEP: Final = _RecutInStep()
-_IN_STEP: Final[ContextVar[_RecutInStep | None]] = ContextVar(
-    "langgraph_deadline.recut", default=None
+_STOP_IN_STEP: Final = _StopInStep()
+_IN_STEP: Final[ContextVar[_StopInStep | None]] = ContextVar(
+    "langgraph_deadline.stop_in_step", default=None
 )
 register_configure_hook(_IN_STEP, inheritable=True)
 
 
-def recut_in_step() -> Token[_RecutInStep | None]:
-    """From here on (until `recut_out_of_step`), model streams started in this context are cut
-    again past the deadline in context when their cancellation was swallowed (`Recut`)."""
-    return _IN_STEP.set(_RECUT_IN_STEP)
+def streams_stopped() -> Token[_StopInStep | None]:
+    """From here on (until `streams_let_go`), model streams started in this context stop at
+    their first token past the deadline in context (`_StopInStep`)."""
+    return _IN_STEP.set(_STOP_IN_STEP)
 
 
-def recut_out_of_step(token: Token[_RecutInStep | None]) -> None:
+def streams_let_go(token: Token[_StopInStep | None]) -> None:
     _IN_STEP.reset(token)
 
 
