@@ -31,13 +31,25 @@ __all__ = [
 ]
 
 
-class _StopStream(BaseCallbackHandler):
+class _TokenListener(BaseCallbackHandler):
+    """A callback that only hears tokens: every other event is skipped (a chat model's start
+    would otherwise be turned into text for it, every message of the call)."""
+
+    run_inline = True
+    ignore_chain = True
+    ignore_agent = True
+    ignore_retriever = True
+    ignore_retry = True
+    ignore_custom_event = True
+    ignore_chat_model = True
+
+
+class _StopStream(_TokenListener):
     """Raises `DeadlineExceeded` from the first token that arrives after the deadline, which
     ends the provider's stream loop and closes its response (the connection drops). That token
     is reported to the observers (`on_tokens_after_deadline`)."""
 
     raise_error = True
-    run_inline = True
 
     def __init__(self, deadline: Deadline, step: str) -> None:
         self.deadline = deadline
@@ -66,7 +78,7 @@ def stream_stopper(
     return _StopStream(deadline, step) if sync else Recut(deadline, step)
 
 
-class Recut(BaseCallbackHandler):
+class Recut(_TokenListener):
     """Cancels again an async model stream that goes on past `stop` though its task was asked
     to stop: a cancellation swallowed on the way down. Python 3.11's `asyncio.wait_for` (which
     langchain-openai wraps around each chunk's read) returns a chunk that arrived with the
@@ -75,8 +87,6 @@ class Recut(BaseCallbackHandler):
     again, which ends the stream (its connection closed) as the first one should have. Never
     while the task is not being cancelled: an answer is never cut by a callback before its
     budget's cut."""
-
-    run_inline = True
 
     def __init__(self, stop: Deadline | None = None, step: str = "") -> None:
         self.stop = stop
@@ -98,7 +108,7 @@ def _recut(stop: Deadline | None, step: str) -> None:
         raise asyncio.CancelledError(f"deadline exceeded in {step}: stream stopped")
 
 
-class _StopInStep(BaseCallbackHandler):
+class _StopInStep(_TokenListener):
     """Stops any LangChain model stream inside a budgeted step at its first token past the
     step's deadline, whatever calls the model (user code in a node of any state, a `@task`):
     on a worker thread as `_StopStream` does (the thread cannot be stopped otherwise), in a
@@ -107,12 +117,6 @@ class _StopInStep(BaseCallbackHandler):
     pays for it only by setting that variable."""
 
     raise_error = True  # DeadlineExceeded reaches the provider's stream loop
-    run_inline = True
-    ignore_chain = True
-    ignore_agent = True
-    ignore_retriever = True
-    ignore_retry = True
-    ignore_custom_event = True
 
     def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
         scopes = current_scopes()
