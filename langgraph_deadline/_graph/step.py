@@ -124,9 +124,7 @@ class NodeStep:
         if plan.skip:
             return skipped(plan, state, run)
         said = said or listening(state, run, finished)
-        if said is not None:  # a node that may stream an answer: its stream ends at the cut
-            said.stop, said.step = plan.step_deadline(), self.name
-        stopped = streams_stopped() if said is None else None  # else `said` stops them
+        stopped = streams_stopped()  # its model streams end at the cut, on a thread too
         try:
             with (
                 child_records() as children,
@@ -135,8 +133,7 @@ class NodeStep:
             ):
                 step.value = await body()  # in this coroutine: one frame fewer than run_async's
         finally:
-            if stopped is not None:
-                streams_let_go(stopped)
+            streams_let_go(stopped)
         kept(said, step.result, run)
         return finish(state, step.result, children, plan, self.settings, run, finished)
 

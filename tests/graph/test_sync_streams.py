@@ -6,11 +6,13 @@ client) against the local streaming server, which records when the client left."
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableLambda
 from langgraph.func import entrypoint, task
 from langgraph.graph import START, MessagesState, StateGraph
 
@@ -47,8 +49,16 @@ def counting(server: FakeOpenAIServer) -> FakeOpenAIServer:
     return server
 
 
+def _run(graph: Any, inputs: Any, entry: str) -> Any:
+    """`invoke`, or `ainvoke` (LangGraph runs a sync node on a thread of its executor)."""
+    if entry == "invoke":
+        return graph.invoke(inputs)
+    return asyncio.run(graph.ainvoke(inputs))
+
+
+@pytest.mark.parametrize("entry", ["invoke", "ainvoke"])
 def test_a_sync_node_of_any_state_stops_its_model_stream_at_its_budget(
-    counting: FakeOpenAIServer,
+    counting: FakeOpenAIServer, entry: str
 ) -> None:
     model = openai_chat(counting)
 
@@ -59,14 +69,16 @@ def test_a_sync_node_of_any_state_stops_its_model_stream_at_its_budget(
     builder.add_node("writer", writer)
     builder.add_edge(START, "writer")
     t0 = time.monotonic()
-    out = with_deadlines(builder, timeout=BUDGET).invoke({"question": "count"})
+    out = _run(with_deadlines(builder, timeout=BUDGET), {"question": "count"}, entry)
     assert time.monotonic() - t0 < BUDGET + MARGIN
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     _stopped_at_the_budget(counting, t0)
 
 
+@pytest.mark.parametrize("entry", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("form", ["function", "runnable"])
 def test_a_sync_messages_node_stops_its_model_stream_at_its_budget(
-    counting: FakeOpenAIServer,
+    counting: FakeOpenAIServer, entry: str, form: str
 ) -> None:
     model = openai_chat(counting)
 
@@ -74,10 +86,13 @@ def test_a_sync_messages_node_stops_its_model_stream_at_its_budget(
         return {"messages": [model.invoke(state["messages"])]}
 
     builder = StateGraph(Chat)
-    builder.add_node("writer", writer)
+    # a sync-only Runnable, under `ainvoke`, runs on a thread of LangChain's executor
+    builder.add_node("writer", writer if form == "function" else RunnableLambda(writer))
     builder.add_edge(START, "writer")
     t0 = time.monotonic()
-    out = with_deadlines(builder, timeout=BUDGET).invoke({"messages": [HumanMessage("count")]})
+    # with a reserve, the node also keeps what it had said for the closing reply
+    graph = with_deadlines(builder, timeout=BUDGET + 0.2, reserve=0.2)
+    out = _run(graph, {"messages": [HumanMessage("count")]}, entry)
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     _stopped_at_the_budget(counting, t0)
 
