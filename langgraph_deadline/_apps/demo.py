@@ -202,12 +202,17 @@ async def _one(
         deadline = t0 + opts.budget
         last: dict[str, Any] = {}
         lookups_done = None
+        reported: set[str] = set()
         try:
             question = {"messages": [HumanMessage("Where is my order 42, and when will it ship?")]}
             async for mode, chunk in graph.astream(question, stream_mode=["updates", "values"]):
                 if mode == "updates":
                     for node in chunk:
                         at = time.monotonic() - t0
+                        if node in reported:  # the stream's last update: how the run ended
+                            opts.progress(f"  {label:<20} {at:5.2f} s  run ended in {node}")
+                            continue
+                        reported.add(node)
                         lookups_done = at if node == "tools" else lookups_done
                         opts.progress(f"  {label:<20} {at:5.2f} s  {node} done")
                 elif isinstance(chunk, dict):

@@ -66,6 +66,15 @@ def test_demo_shows_the_naive_run_overshooting_and_the_deadline_runs_on_time(
     assert smart_wall < 4.0 + 0.5 and "deadline_exceeded" in smart
     assert smart[-3:-1] == ["2/3", "0"] and int(smart[-1]) <= 1
     assert float(smart[-4]) < float(ours[-4]) - 0.8
+    # Progress: each step reported once, and a run cut at its deadline says where it ended.
+    progress = [line.split() for line in proc.stdout.splitlines() if line.startswith("  ")]
+    ours_steps = [p[3:] for p in progress if p[:1] == ["langgraph-deadline"] and p[2:3] == ["s"]]
+    assert ours_steps == [
+        ["planner", "done"],
+        ["tools", "done"],
+        ["writer", "done"],
+        ["run", "ended", "in", "writer"],
+    ]
     learned_line = next(
         line for line in proc.stdout.splitlines() if line.startswith("learned caps:")
     )
