@@ -5,7 +5,8 @@ ends at the same instant. Rather than one event-loop timer per node, the run kee
 instant, armed on first use; the nodes' cuts join it while they run. They are registered with
 the run's cancel signal anyway, so the alarm finds them there and keeps no set of its own. A
 run that `ainvoke` started arms it at once, and it goes on to the run's backstop: one timer
-for both instants.
+for both instants. The backstop waits, up to the cuts' `GRACE`, while a step already cut is
+still winding down: its cancellation would be that step's second one.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import asyncio
 from collections.abc import Callable
 
 from .cancel import CancelSignal
-from .cut import Cut, Due
+from .cut import GRACE, Cut, Due
 from .deadline import Deadline
 from .plan import HANDOFF
 
 __all__ = ["RunAlarm"]
+
+_POLL = 0.005  # seconds between looks at the steps winding down, before the backstop
 
 
 class RunAlarm:
@@ -26,7 +29,7 @@ class RunAlarm:
     deadline has passed; then, given `then` (a later deadline, a callback and its arguments:
     the run's backstop), calls the callback at that deadline. `close()` when the run ends."""
 
-    __slots__ = ("_due", "_then", "fired", "loop", "signal")
+    __slots__ = ("_backstop_at", "_due", "_then", "fired", "loop", "signal")
 
     def __init__(
         self,
@@ -39,13 +42,14 @@ class RunAlarm:
         self.signal = signal
         self.fired = False
         self._then = then
+        self._backstop_at: float | None = None
         # In an empty context (`Due`): armed inside the run's first node, that node's context
         # would otherwise stay alive with the timer for the whole run.
-        self._due: Due | None = Due(loop, deadline, self._fire)
+        self._due: Due | asyncio.TimerHandle | None = Due(loop, deadline, self._fire)
 
     def _fire(self) -> None:
         self.fired = True
-        then, self._then = self._then, None
+        then = self._then
         cuts = self.joined()
         if then is None:
             self._due = None
@@ -56,9 +60,25 @@ class RunAlarm:
             at = then[0]
             if cuts:
                 at = max(at, Deadline._after(HANDOFF, at.clock))
-            self._due = Due(self.loop, at, then[1], *then[2:])
+            self._due = Due(self.loop, at, self._backstop)
         for cut in cuts:
             cut.cancel()
+
+    def _backstop(self) -> None:
+        """The run's own deadline: call the backstop, once no step of the run that was cut is
+        still winding down (cancelled again in its clean-up, psycopg closes the connection of
+        a query it is cancelling in the server), or once `GRACE` has passed."""
+        now = self.loop.time()
+        if self._backstop_at is None:
+            self._backstop_at = now
+        if now - self._backstop_at < GRACE and any(
+            isinstance(s, Cut) and s.fired for s in self.signal.registered()
+        ):
+            self._due = self.loop.call_later(_POLL, self._backstop)
+            return
+        then, self._then, self._due = self._then, None, None
+        if then is not None:
+            then[1](*then[2:])
 
     def joined(self) -> list[Cut]:
         """The cuts on this timer now."""

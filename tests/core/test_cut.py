@@ -80,8 +80,8 @@ async def test_a_clean_up_awaited_after_the_cancellation_is_not_cancelled_again(
         try:
             await asyncio.sleep(10)
         except asyncio.CancelledError:
-            await asyncio.sleep(GRACE / 4)  # its clean-up, in two awaits
-            await asyncio.sleep(GRACE / 4)
+            await asyncio.sleep(GRACE / 8)  # its clean-up, in two awaits
+            await asyncio.sleep(GRACE / 8)
             ended.append(True)
             raise
         return "finished"

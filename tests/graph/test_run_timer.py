@@ -132,3 +132,33 @@ async def test_a_timer_does_not_keep_a_finished_nodes_context_alive(
     out = await graph.ainvoke({"items": []}, {"configurable": {"thread_id": "t"}})
     assert out["done"] == ["first", "second"]
     assert checked == [True]
+
+
+@pytest.mark.parametrize("branches", [1, 2])  # a lone node runs in LangGraph's own task
+async def test_the_backstop_waits_for_the_clean_up_of_the_steps_it_cut(branches: int) -> None:
+    # A step cut at the run's deadline (less the 10 ms hand-off) cleans up unshielded, for
+    # longer than the hand-off, as psycopg does when it cancels a query in the server. The
+    # run's backstop would be that clean-up's second cancellation (through LangGraph, which
+    # cancels its tasks): it waits for it, up to the cut's grace.
+    cleaned: list[str] = []
+
+    def fan_out(state: State) -> list[Send]:
+        return [Send("work", {"items": [str(i)]}) for i in range(branches)]
+
+    async def work(state: State) -> dict[str, Any]:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            for _ in range(3):
+                await asyncio.sleep(0.02)
+            cleaned.append(state["items"][0])
+            raise
+        return {}
+
+    b = StateGraph(State)
+    b.add_node("work", work)
+    b.add_conditional_edges(START, fan_out, ["work"])
+    b.add_edge("work", END)
+    out = await with_deadlines(b, timeout=0.3).ainvoke({"items": [], "done": []})
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert sorted(cleaned) == [str(i) for i in range(branches)]
