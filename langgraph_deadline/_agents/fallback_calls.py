@@ -149,7 +149,7 @@ async def acall_chain(
     earlier: list[StepRecord] = []
     while isinstance(step, Pick):
         call = _request_for(request, step, chain[step.at], settings)
-        ears = Ears.of(call, step.plan, settings, sync=False)
+        ears = Ears.of(call, settings)
         with ears.listening():
             result = await run_async(step.plan, partial(handler, call), passthrough=PASSTHROUGH)
         said = ears.ended(result)
@@ -168,7 +168,7 @@ def call_chain(
     earlier: list[StepRecord] = []
     while isinstance(step, Pick):
         call = _request_for(request, step, chain[step.at], settings)
-        ears = Ears.of(call, step.plan, settings, sync=True)
+        ears = Ears.of(call, settings)
         body = _body(handler, call, ears)
         result = run_sync(step.plan, body, passthrough=PASSTHROUGH)
         said = ears.ended(result)

@@ -277,7 +277,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if plan.skip:
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
-        ears = Ears.of(budgeted, plan, self.settings, sync=False)
+        ears = Ears.of(budgeted, self.settings)
         with ears.listening():
             result = await run_async(plan, lambda: handler(budgeted), passthrough=PASSTHROUGH)
         return model_result(request.state, result, partial=ears.ended(result))
@@ -295,7 +295,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if plan.skip:
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
-        ears = Ears.of(budgeted, plan, self.settings, sync=True)
+        ears = Ears.of(budgeted, self.settings)
 
         def body() -> ModelResponse[Any]:
             with ears.listening():

@@ -32,7 +32,7 @@ from .._core.run import StepResult, run_async, run_sync
 from .._core.tracker import run_from_config
 from .._core.validate import check_cap, check_seconds
 from .._graph.seams import PASSTHROUGH
-from .._graph.streams import stream_stopper
+from .._graph.streams import stopping_streams
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
 from .fallback import (
@@ -220,32 +220,31 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
     ) -> StepResult[T]:
         """One model of the chain called on a worker thread, under its plan."""
-        model, options, call_cfg, timing = self._prepared(chosen, cfg, kwargs, sync=True)
-        result = run_sync(
-            chosen.plan,
-            lambda: model.invoke(input, call_cfg, **options),
-            run=run_from_config(cfg),
-            passthrough=PASSTHROUGH,
-        )
+        model, options, call_cfg, timing = self._prepared(chosen, cfg, kwargs)
+        with stopping_streams():  # the thread's job runs in a copy of this context
+            result = run_sync(
+                chosen.plan,
+                lambda: model.invoke(input, call_cfg, **options),
+                run=run_from_config(cfg),
+                passthrough=PASSTHROUGH,
+            )
         if timing is not None:
             timing.close(cut=result.status.cut)
         return result
 
     def _prepared(
-        self, chosen: Pick, cfg: RunnableConfig, kwargs: dict[str, Any], *, sync: bool
+        self, chosen: Pick, cfg: RunnableConfig, kwargs: dict[str, Any]
     ) -> tuple[
         Runnable[LanguageModelInput, T], dict[str, Any], RunnableConfig, StreamTiming | None
     ]:
         """What one call of the chosen model runs with: the model, its options (the budget
-        told to the provider), its config (its stream stopped past the cut, timed when its
-        rate is learned) and that timing, if any."""
+        told to the provider), its config (timed when its rate is learned) and that timing,
+        if any. (Its stream stops past the cut through `stopping_streams`.)"""
         choice, plan = self._chain[chosen.at], chosen.plan
         model = choice.model
         options = call_options(model, plan.budget, kwargs, tokens_per_second=choice.rate)
         timing = timing_for(model, choice.rate)
-        listeners = [stream_stopper(plan.step_deadline(), plan.name, sync=sync), timing]
-        callbacks = [h for h in listeners if h is not None]
-        call_cfg = merge_configs(cfg, {"callbacks": callbacks}) if callbacks else cfg
+        call_cfg = cfg if timing is None else merge_configs(cfg, {"callbacks": [timing]})
         return model, {**kwargs, **options}, call_cfg, timing
 
     async def ainvoke(
@@ -274,13 +273,14 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
     ) -> StepResult[T]:
         """One model of the chain called under its plan, cancelled at its budget."""
-        model, options, call_cfg, timing = self._prepared(chosen, cfg, kwargs, sync=False)
-        result = await run_async(
-            chosen.plan,
-            lambda: model.ainvoke(input, call_cfg, **options),
-            run=run_from_config(cfg),
-            passthrough=PASSTHROUGH,
-        )
+        model, options, call_cfg, timing = self._prepared(chosen, cfg, kwargs)
+        with stopping_streams():
+            result = await run_async(
+                chosen.plan,
+                lambda: model.ainvoke(input, call_cfg, **options),
+                run=run_from_config(cfg),
+                passthrough=PASSTHROUGH,
+            )
         if timing is not None:
             timing.close(cut=result.status.cut)
         return result

@@ -8,14 +8,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, ModelResponse
-from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.types import Command
 
 from .._core.plan import Plan, plan_step
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
 from .._graph.state import deadline_from_state
-from .._graph.streams import PartialAnswer, callbacks_in_context, stream_stopper
+from .._graph.streams import PartialAnswer, callbacks_in_context, stopping_streams
 from .closing import give_up
 from .fallback import MIN_SAMPLES
 from .note import budget_note, tool_times, with_note
@@ -62,28 +61,22 @@ def with_budget(
 
 class Ears(NamedTuple):
     """What listens to one model call's stream: the text it said (for a cut call's partial
-    answer), the stopper that ends it past the cut when cancelling it does not (a sync call's
-    thread; an async call whose cancellation was swallowed) and its timing (for a learned
-    rate). `Ears.of` makes them; `listening()` hands them to the call; `ended` closes them and
-    returns what the call had said."""
+    answer) and its timing (for a learned rate). `Ears.of` makes them; `listening()` hands them
+    to the call, whose stream also stops past the cut when cancelling it does not
+    (`stopping_streams`: a sync call's thread; an async call whose cancellation was
+    swallowed); `ended` closes them and returns what the call had said."""
 
     said: PartialAnswer | None
-    stopper: BaseCallbackHandler | None
     timing: StreamTiming | None
 
     @classmethod
-    def of(
-        cls, request: ModelRequest[Any], plan: Plan, settings: MiddlewareSettings, *, sync: bool
-    ) -> Ears:
-        return cls(
-            PartialAnswer() if settings.partial_answer else None,
-            stream_stopper(plan.step_deadline(), plan.name, sync=sync),
-            timing_for(request.model, settings.tokens_per_second),
-        )
+    def of(cls, request: ModelRequest[Any], settings: MiddlewareSettings) -> Ears:
+        said = PartialAnswer() if settings.partial_answer else None
+        return cls(said, timing_for(request.model, settings.tokens_per_second))
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
-        with callbacks_in_context(self.said, self.stopper, self.timing):
+        with stopping_streams(), callbacks_in_context(self.said, self.timing):
             yield
 
     def ended(self, result: StepResult[Any]) -> str:

@@ -17,15 +17,13 @@ from langchain_core.runnables.config import merge_configs, var_child_runnable_co
 from langchain_core.tracers.context import register_configure_hook
 
 from .._core.context import current_scopes
-from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.observe import TokensEvent, emit_tokens
 
 __all__ = [
     "PartialAnswer",
-    "Recut",
     "callbacks_in_context",
-    "stream_stopper",
+    "stopping_streams",
     "streams_let_go",
     "streams_stopped",
 ]
@@ -44,91 +42,39 @@ class _TokenListener(BaseCallbackHandler):
     ignore_chat_model = True
 
 
-class _StopStream(_TokenListener):
-    """Raises `DeadlineExceeded` from the first token that arrives after the deadline, which
-    ends the provider's stream loop and closes its response (the connection drops). That token
-    is reported to the observers (`on_tokens_after_deadline`)."""
-
-    raise_error = True
-
-    def __init__(self, deadline: Deadline, step: str) -> None:
-        self.deadline = deadline
-        self.step = step
-
-    def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
-        _stop(self.deadline, self.step)
-
-
-def _stop(deadline: Deadline, step: str) -> None:
-    if deadline.expired:
-        emit_tokens(TokensEvent(step=step, tokens=1))
-        raise DeadlineExceeded(
-            f"deadline exceeded in {step}: stream stopped", deadline=deadline, step=step
-        )
-
-
-def stream_stopper(
-    deadline: Deadline | None, step: str, *, sync: bool
-) -> BaseCallbackHandler | None:
-    """The callback that ends a model's stream past `deadline` when cancelling it does not: a
-    sync stream at its first chunk past it (its thread cannot be cancelled), an async one whose
-    cancellation was swallowed below (`Recut`). None without a deadline."""
-    if deadline is None:
-        return None
-    return _StopStream(deadline, step) if sync else Recut(deadline, step)
-
-
-class Recut(_TokenListener):
-    """Cancels again an async model stream that goes on past `stop` though its task was asked
-    to stop: a cancellation swallowed on the way down. Python 3.11's `asyncio.wait_for` (which
-    langchain-openai wraps around each chunk's read) returns a chunk that arrived with the
-    cancellation and drops the cancellation; the stream would then run to its end. At the next
-    token after `stop`, in a task with a cancellation pending, this raises `CancelledError`
-    again, which ends the stream (its connection closed) as the first one should have. Never
-    while the task is not being cancelled: an answer is never cut by a callback before its
-    budget's cut."""
-
-    def __init__(self, stop: Deadline | None = None, step: str = "") -> None:
-        self.stop = stop
-        self.step = step
-
-    def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
-        _recut(self.stop, self.step)
-
-
-def _recut(stop: Deadline | None, step: str) -> None:
-    if stop is None or not stop.expired:
-        return
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # a worker thread: `_StopStream` stops sync streams
-        return
-    if task is not None and task.cancelling():
-        emit_tokens(TokensEvent(step=step, tokens=1))
-        raise asyncio.CancelledError(f"deadline exceeded in {step}: stream stopped")
-
-
 class _StopInStep(_TokenListener):
-    """Stops any LangChain model stream inside a budgeted step at its first token past the
-    step's deadline, whatever calls the model (user code in a node of any state, a `@task`):
-    on a worker thread as `_StopStream` does (the thread cannot be stopped otherwise), in a
-    task as `Recut` does. The step's deadline is the one in context. LangChain adds it to the
-    callbacks of every run started while `_IN_STEP` holds it (a configure hook), so a step
-    pays for it only by setting that variable."""
+    """Stops a LangChain model stream inside a budgeted step (a node of any state, a `@task`,
+    a `budgeted_model` or `DeadlineMiddleware` call) at its first token past the step's
+    deadline, the one in context:
+
+    - on a worker thread, which cannot be cancelled, it raises `DeadlineExceeded`: that ends the
+      provider's stream loop and closes its response;
+    - in a task that is being cancelled, it raises `CancelledError` again: the cancellation was
+      swallowed on the way down (Python 3.11's `asyncio.wait_for`, which langchain-openai wraps
+      around each chunk's read, returns a chunk that came with the cancellation and drops it),
+      and the stream would run to its end. Never in a task not being cancelled: an answer is
+      never cut by a callback before its budget's cut.
+
+    LangChain adds it to the callbacks of every run started while `_IN_STEP` holds it (a
+    configure hook), so a step pays for it only by setting that variable."""
 
     raise_error = True  # DeadlineExceeded reaches the provider's stream loop
 
     def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
         scopes = current_scopes()
-        if not scopes:
+        if not scopes or not (deadline := scopes[-1].effective).expired:
             return
-        deadline, step = scopes[-1].effective, scopes[-1].name or "a step"
+        step = scopes[-1].name or "a step"
         try:
-            asyncio.get_running_loop()
+            task = asyncio.current_task()
         except RuntimeError:  # a worker thread
-            _stop(deadline, step)
-            return
-        _recut(deadline, step)
+            emit_tokens(TokensEvent(step=step, tokens=1))
+            raise DeadlineExceeded(
+                f"deadline exceeded in {step}: stream stopped", deadline=deadline, step=step
+            ) from None
+        if task is not None and task.cancelling():
+            emit_tokens(TokensEvent(step=step, tokens=1))
+            raise asyncio.CancelledError(f"deadline exceeded in {step}: stream stopped")
 
 
 _STOP_IN_STEP: Final = _StopInStep()
@@ -140,7 +86,8 @@ register_configure_hook(_IN_STEP, inheritable=True)
 
 def streams_stopped() -> Token[_StopInStep | None]:
     """From here on (until `streams_let_go`), model streams started in this context stop at
-    their first token past the deadline in context (`_StopInStep`)."""
+    their first token past the deadline in context (`_StopInStep`). A worker thread's job
+    runs in a copy of the context it was submitted from: set it before submitting."""
     return _IN_STEP.set(_STOP_IN_STEP)
 
 
@@ -148,20 +95,27 @@ def streams_let_go(token: Token[_StopInStep | None]) -> None:
     _IN_STEP.reset(token)
 
 
-class PartialAnswer(Recut):
+@contextlib.contextmanager
+def stopping_streams() -> Iterator[None]:
+    """`streams_stopped` for a block (a model call; nodes use the token pair, on the hot path)."""
+    token = streams_stopped()
+    try:
+        yield
+    finally:
+        streams_let_go(token)
+
+
+class PartialAnswer(_TokenListener):
     """Collects the text a model streamed, so that a call cut at its budget keeps what it had
     already said (the user read those tokens; they were paid for). Text chunks only: a tool
-    call streamed halfway is not an answer. Given `stop`, it also cuts a stream again whose
-    cancellation was swallowed (`Recut`)."""
+    call streamed halfway is not an answer."""
 
-    def __init__(self, stop: Deadline | None = None, step: str = "") -> None:
-        super().__init__(stop, step)
+    def __init__(self) -> None:
         self.parts: list[str] = []
 
     def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
         if isinstance(token, str) and token:
             self.parts.append(token)
-        super().on_llm_new_token(token, **kwargs)
 
     @property
     def text(self) -> str:
