@@ -17,8 +17,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
+from .._core.plan import RunTracker
 from .._core.rules import StepRule
-from .._core.tracker import RunTracker
 from .._core.validate import check_fits, check_limit, check_viable, floor_of
 from .graph import DeadlineRuns
 from .seams import PREVIOUS, runs_on_a_thread, scheduling_with

@@ -20,13 +20,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Command, Overwrite, StateUpdate
 
-from .._core.alarm import RunAlarm
 from .._core.cut import Cut
 from .._core.deadline import earliest
 from .._core.errors import DeadlineExceeded
-from .._core.plan import run_step_end
+from .._core.plan import RUN_KEY, RunAlarm, RunTracker, run_step_end
 from .._core.records import Outcome
-from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import NotedStream, closing, completed_chunks, deadline_given, note_chunk
 from .ends import (
     afinal_state,

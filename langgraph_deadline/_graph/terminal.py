@@ -12,8 +12,8 @@ from langgraph.errors import GraphRecursionError, NodeTimeoutError
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.observe import RunEvent, emit_run
+from .._core.plan import RunTracker
 from .._core.records import Outcome, Terminal
-from .._core.tracker import RunTracker
 
 __all__ = [
     "emit_run_outcome",
