@@ -155,6 +155,8 @@ class RunTracker:
     alarm: RunAlarm | None = None
     # Failed attempts so far per task of the framework's that retries them (made on first use).
     failures: dict[str, int] | None = None
+    # The framework's names for this run (LangGraph's `run_id`, the `thread_id`), for the log.
+    origin: tuple[tuple[str, str], ...] = ()
 
     def close_alarm(self) -> None:
         """The run is over: its nodes' shared timer goes."""

@@ -48,7 +48,7 @@ from .seams import DRAIN_REASON, check_thread
 from .served import request_limit
 from .settings import GraphSettings
 from .state import fresh_run_update
-from .terminal import emit_run_outcome, final_outcome, raised, reraise_with_state
+from .terminal import emit_run_outcome, final_outcome, origin_of, raised, reraise_with_state
 
 __all__ = ["DeadlineGraph", "DeadlineRuns"]
 
@@ -131,7 +131,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         d = earliest(given, limit)  # a resume's joins the thread's: see `resume`
         if settings.has_fields and isinstance(input, Mapping):  # a new run's input
             input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
-        run = RunTracker(deadline=d, reserve=settings.reserve, resumable=saved(self, cfg))
+        run = RunTracker(
+            deadline=d, reserve=settings.reserve, resumable=saved(self, cfg), origin=origin_of(cfg)
+        )
         run.keep_partial = (
             settings.partial_answer and settings.closing_message and settings.reserve > 0
         )
