@@ -28,12 +28,14 @@ SUITE_TEST   := pytest pytest-mock pytest-timeout syrupy 'pytest-xdist[psutil]' 
 .PHONY: demo test test-lowest test-bare suite lint docs bench clean
 
 $(STAMP): pyproject.toml
+	@echo "First run: installing the package and the development tools in $(VENV)/ (a few minutes, once)..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e . --group dev
 	touch $(STAMP)
 
 $(DEMO_STAMP): pyproject.toml
+	@echo "First run: installing the package and its demo extra in $(DEMO_VENV)/ (about 30 s, once)..."
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[demo]'
