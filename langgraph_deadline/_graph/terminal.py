@@ -75,8 +75,10 @@ def outcome_from(run: RunTracker, default_reason: str | None) -> Outcome:
 
 
 def emit_run_outcome(run: RunTracker, outcome: Outcome | None) -> None:
-    """Tell the observers how the run ended, once; a run that did not complete is also logged,
-    as a WARNING of the `langgraph_deadline` logger (a server's log says its runs succeeded)."""
+    """Tell the observers how the run ended, once; a run that did not complete is also logged
+    by the `langgraph_deadline` logger (a server's log says its runs succeeded): a WARNING when
+    it ran out of time or steps, INFO when it was cancelled or failed (the caller already knows:
+    the error or the cancellation reached it)."""
     if outcome is None or run.emitted:
         return
     run.emitted = True
@@ -107,7 +109,13 @@ def _log_outcome(run: RunTracker, outcome: Outcome) -> None:
     notes = [f"{key}={value}" for key, value in run.origin if key != "run_id"]
     if "run_id" in names:  # the framework's id first: the one its own log shows
         notes.append(f"deadline run {run.run_id}")
-    log.warning(
+    level = (
+        logging.INFO
+        if outcome.terminal in (Terminal.CANCELLED, Terminal.FAILED)
+        else logging.WARNING
+    )
+    log.log(
+        level,
         "run %s ended %s%s%s: %s%s",
         names.get("run_id", run.run_id),
         outcome.terminal.value,

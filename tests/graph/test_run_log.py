@@ -59,7 +59,9 @@ async def test_a_run_cut_by_its_deadline_is_logged_with_its_ids_step_and_reason(
     assert record.deadline_run_id in message  # type: ignore[attr-defined]
 
 
-def test_a_sync_run_and_a_failed_run_are_logged_too(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_run_is_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    """The caller already has the error: the line is for structured logs, not stderr."""
+
     def broken(state: State) -> dict[str, Any]:
         raise RuntimeError("the backend is down")
 
@@ -69,7 +71,11 @@ def test_a_sync_run_and_a_failed_run_are_logged_too(caplog: pytest.LogCaptureFix
     graph = with_deadlines(builder, timeout=5.0)
     with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(RuntimeError):
         graph.invoke({"query": "q"})
+    assert not _ours(caplog)
+    with caplog.at_level(logging.INFO, logger=LOGGER), pytest.raises(RuntimeError):
+        graph.invoke({"query": "q"})
     (record,) = _ours(caplog)
+    assert record.levelno == logging.INFO
     assert " ended failed" in record.getMessage()
     assert "RuntimeError" in record.getMessage()
 
