@@ -42,6 +42,7 @@ from .ends import (
 from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
 from .late import alate_chunks, alate_result, late_chunks, late_result, too_late
 from .node import unwrapped
+from .node_cache import deadline_cache
 from .resume import akeep_deadline, aresume, keep_deadline, resume, saved, thread_deadline
 from .retries import ain_run, enter_run, in_run, leave_run
 from .seams import DRAIN_REASON, check_thread
@@ -76,6 +77,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         class `StateGraph.compile` builds. `tests/graph/test_seams.py` fails if that changes."""
         attrs = {k: v for k, v in vars(compiled).items() if k != "__orig_class__"}
         attrs["_lgd_settings"] = settings
+        attrs["cache"] = deadline_cache(compiled.cache)  # our fields stay out of it
         return cls(**attrs)._keep(compiled)
 
     def copy(self, update: dict[str, Any] | None = None) -> Self:

@@ -32,6 +32,7 @@ __all__ = [
     "runs_on_a_thread",
     "scheduling_with",
     "task_name",
+    "uncached",
 ]
 
 PASSTHROUGH: Final[tuple[type[BaseException], ...]] = (GraphBubbleUp,)
@@ -67,6 +68,28 @@ def drain() -> None:
     control = getattr(_runtime(), "control", None)
     if control is not None:
         control.request_drain(DRAIN_REASON)
+
+
+_SEND_KEY: Final = "__pregel_send"
+"""Where LangGraph 1.x puts, in a running task's config, the `extend` of the task's writes."""
+_ERROR: Final = "__error__"
+"""The write LangGraph 1.x adds to a task that raised; a task whose writes hold one is never
+put in the node cache (`langgraph.pregel._loop._cacheable`), and the write itself goes to no
+channel."""
+UNCACHED: Final = "langgraph_deadline: ended early by the deadline, not cached"
+
+
+def uncached(config: Mapping[str, Any] | None = None) -> None:
+    """Keep the running node's writes out of LangGraph's node cache (`cache_policy=`): a node
+    the deadline ended early, or whose answer holds a step that did not complete, must run
+    again on the same input. LangGraph caches a node unless its writes hold an error; this
+    adds one (plain text, as checkpoints keep it), which no channel reads. The running
+    config is read from the context when `config` is not given; outside a run, nothing."""
+    if config is None:
+        config = var_child_runnable_config.get()
+    send = (config or {}).get("configurable", {}).get(_SEND_KEY)
+    if callable(send):
+        send([(_ERROR, UNCACHED)])
 
 
 def runs_on_a_thread(node: Any) -> bool:
