@@ -8,8 +8,7 @@ still acts on the approval."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,8 +16,6 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from langgraph_deadline import DeadlineExceeded, deadline_input, with_deadlines
@@ -52,15 +49,6 @@ def _middleware(model: Any, saver: Any) -> Any:
     hitl = HumanInTheLoopMiddleware(interrupt_on={"refund": True})
     deadline = DeadlineMiddleware(timeout=TIMEOUT)
     return create_agent(model, [refund], middleware=[deadline, hitl], checkpointer=saver)
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "memory":
-        yield InMemorySaver()
-        return
-    with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.db")) as sqlite:
-        yield sqlite
 
 
 def _paused_past_its_deadline(agent: Any, config: Any) -> None:
