@@ -5,6 +5,7 @@ cached without this library's fields (its records belong to the run that made th
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import httpx
@@ -19,6 +20,7 @@ from typing_extensions import TypedDict
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
+    StepStatus,
     Terminal,
     deadline_tool,
     terminal_of,
@@ -143,3 +145,26 @@ async def test_a_tool_node_whose_call_timed_out_is_not_cached(slow_server: SlowS
     second = await graph.ainvoke(given)
     assert second["messages"][-1].content == "answer to pens"
     assert backend.calls == 2
+
+
+def test_a_sync_node_abandoned_at_the_deadline_is_not_cached() -> None:
+    """Sync work past its budget is abandoned (it may still run): no result to cache either."""
+    calls: list[float] = []
+
+    def lookup(state: Any) -> dict[str, Any]:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            time.sleep(1.0)  # the backend stalls once; the thread cannot be stopped
+        return {"a": f"answer to {state['q']}"}
+
+    builder = StateGraph(Fields)
+    builder.add_node("lookup", lookup, cache_policy=CachePolicy())
+    builder.add_edge(START, "lookup")
+    builder.add_edge("lookup", END)
+    graph = with_deadlines(builder.compile(cache=InMemoryCache()), timeout=0.3)
+    first = graph.invoke({"q": "stock"})
+    assert terminal_of(first) is Terminal.DEADLINE_EXCEEDED
+    assert first["deadline_trace"][-1].status is StepStatus.ABANDONED
+    second = graph.invoke({"q": "stock"})
+    assert (terminal_of(second), second["a"]) == (Terminal.COMPLETED, "answer to stock")
+    assert len(calls) == 2
