@@ -19,7 +19,7 @@ from langchain_core.tools import tool
 from langgraph.types import Command
 
 from langgraph_deadline import DeadlineExceeded, deadline_input, with_deadlines
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineAgentState, DeadlineMiddleware
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from langgraph_deadline.testing._openai_server import invalid_messages
 from tests.agents.support import assert_valid_history
@@ -45,6 +45,12 @@ def _with_deadlines(model: Any, saver: Any) -> Any:
     return with_deadlines(agent, timeout=TIMEOUT, checkpointer=saver)
 
 
+def _with_deadlines_fields(model: Any, saver: Any) -> Any:
+    hitl = HumanInTheLoopMiddleware(interrupt_on={"refund": True})
+    agent = create_agent(model, [refund], middleware=[hitl], state_schema=DeadlineAgentState)
+    return with_deadlines(agent, timeout=TIMEOUT, checkpointer=saver)
+
+
 def _middleware(model: Any, saver: Any) -> Any:
     hitl = HumanInTheLoopMiddleware(interrupt_on={"refund": True})
     deadline = DeadlineMiddleware(timeout=TIMEOUT)
@@ -64,7 +70,11 @@ def _late_approval(agent: Any, config: Any) -> Any:
         return exc.state
 
 
-@pytest.mark.parametrize("make", [_with_deadlines, _middleware], ids=["with_deadlines", "mw"])
+@pytest.mark.parametrize(
+    "make",
+    [_with_deadlines, _with_deadlines_fields, _middleware],
+    ids=["with_deadlines", "with_deadlines-fields", "middleware"],
+)
 def test_after_a_late_approval_the_next_turn_is_a_valid_history(
     server: FakeOpenAIServer, saver: Any, make: Callable[[Any, Any], Any]
 ) -> None:
