@@ -4,7 +4,8 @@ A cache hit replays a node's writes in a later run, so two things stay out of it
 
 - a node the deadline ended early (cut, skipped, abandoned), or whose answer holds a step that
   did not complete (a tool call answered with a timeout, a stale read): it is not cached at all
-  (`seams.uncached`), so the same input runs the node again;
+  (`seams.uncached` marks its writes, and `DeadlineCache` does not store them), so the same
+  input runs the node again;
 - in a cached real result, this library's own fields (`deadline`, `deadline_outcome`,
   `deadline_trace`): they belong to the run that computed it (its deadline, its records), and
   they would put this library's classes in the cache, which LangGraph's serializer warns
@@ -19,11 +20,11 @@ from typing import Any, Final
 
 from langgraph.cache.base import BaseCache, FullKey, Namespace
 
+from .seams import NO_WRITES, UNCACHED
+
 __all__ = ["DeadlineCache", "deadline_cache"]
 
 _OURS: Final = frozenset({"deadline", "deadline_outcome", "deadline_trace"})
-_NO_WRITES: Final = "__no_writes__"
-"""The write LangGraph 1.x caches for a node that wrote nothing (so a hit still skips it)."""
 
 Writes = Sequence[tuple[str, Any]]
 
@@ -43,10 +44,12 @@ class DeadlineCache(BaseCache[Any]):
         return await self.cache.aget(keys)
 
     def set(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        self.cache.set(_plain(pairs))
+        if kept := _plain(pairs):
+            self.cache.set(kept)
 
     async def aset(self, pairs: Mapping[FullKey, tuple[Any, int | None]]) -> None:
-        await self.cache.aset(_plain(pairs))
+        if kept := _plain(pairs):
+            await self.cache.aset(kept)
 
     def clear(self, namespaces: Sequence[Namespace] | None = None) -> None:
         self.cache.clear(namespaces)
@@ -68,7 +71,20 @@ def deadline_cache(cache: BaseCache[Any] | None) -> BaseCache[Any] | None:
 def _plain(
     pairs: Mapping[FullKey, tuple[Any, int | None]],
 ) -> dict[FullKey, tuple[Any, int | None]]:
-    return {key: (_without_ours(writes), ttl) for key, (writes, ttl) in pairs.items()}
+    """The pairs worth storing: a node marked `uncached` is left out, the rest without our
+    fields."""
+    return {
+        key: (_without_ours(writes), ttl)
+        for key, (writes, ttl) in pairs.items()
+        if not _marked(writes)
+    }
+
+
+def _marked(writes: Any) -> bool:
+    return isinstance(writes, Sequence) and any(
+        isinstance(w, tuple) and len(w) == 2 and w[0] == NO_WRITES and w[1] == UNCACHED
+        for w in writes
+    )
 
 
 def _without_ours(writes: Any) -> Any:
@@ -76,7 +92,7 @@ def _without_ours(writes: Any) -> Any:
     passes the task's own list, which the run still reads."""
     if not isinstance(writes, Sequence) or not any(_ours(w) for w in writes):
         return writes
-    kept = [w for w in writes if not _ours(w)] or [(_NO_WRITES, None)]
+    kept = [w for w in writes if not _ours(w)] or [(NO_WRITES, None)]
     return deque(kept) if isinstance(writes, deque) else kept  # as LangGraph stores it
 
 

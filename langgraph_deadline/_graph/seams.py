@@ -72,24 +72,26 @@ def drain() -> None:
 
 _SEND_KEY: Final = "__pregel_send"
 """Where LangGraph 1.x puts, in a running task's config, the `extend` of the task's writes."""
-_ERROR: Final = "__error__"
-"""The write LangGraph 1.x adds to a task that raised; a task whose writes hold one is never
-put in the node cache (`langgraph.pregel._loop._cacheable`), and the write itself goes to no
-channel."""
+NO_WRITES: Final = "__no_writes__"
+"""The write LangGraph 1.x gives a task that wrote nothing; `apply_writes` sends it to no channel
+and the "updates" stream leaves it out, so a marker riding on it changes nothing a run shows.
+(An `__error__` write would also keep a task out of the cache, but it hides the node's update
+from the stream and marks the task failed in the checkpoint.)"""
 UNCACHED: Final = "langgraph_deadline: ended early by the deadline, not cached"
 
 
 def uncached(config: Mapping[str, Any] | None = None) -> None:
     """Keep the running node's writes out of LangGraph's node cache (`cache_policy=`): a node
     the deadline ended early, or whose answer holds a step that did not complete, must run
-    again on the same input. LangGraph caches a node unless its writes hold an error; this
-    adds one (plain text, as checkpoints keep it), which no channel reads. The running
-    config is read from the context when `config` is not given; outside a run, nothing."""
+    again on the same input. Adds the marker `(NO_WRITES, UNCACHED)` to the task's writes, which
+    no channel reads and `DeadlineCache` (the cache `with_deadlines` compiles with) refuses to
+    store. The running config is read from the context when `config` is not given; outside a
+    run, nothing."""
     if config is None:
         config = var_child_runnable_config.get()
     send = (config or {}).get("configurable", {}).get(_SEND_KEY)
     if callable(send):
-        send([(_ERROR, UNCACHED)])
+        send([(NO_WRITES, UNCACHED)])
 
 
 def runs_on_a_thread(node: Any) -> bool:

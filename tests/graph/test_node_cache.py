@@ -12,6 +12,7 @@ import httpx
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.cache.memory import InMemoryCache
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import CachePolicy
@@ -145,6 +146,38 @@ async def test_a_tool_node_whose_call_timed_out_is_not_cached(slow_server: SlowS
     second = await graph.ainvoke(given)
     assert second["messages"][-1].content == "answer to pens"
     assert backend.calls == 2
+
+
+@pytest.mark.anyio
+async def test_a_node_kept_out_of_the_cache_still_streams_its_update(
+    slow_server: SlowServer,
+) -> None:
+    """Keeping a node out of the cache changes nothing a run shows: its update is streamed
+    and checkpointed as any other (an error write would hide it from "updates")."""
+    backend = Backend(slow_server)
+
+    @deadline_tool(timeout=0.3)
+    async def stock(item: str) -> str:
+        """How many items are in stock."""
+        return await backend.lookup(item)
+
+    call = AIMessage("", tool_calls=[{"name": "stock", "args": {"item": "pens"}, "id": "c1"}])
+    builder = StateGraph(MessagesState)
+    builder.add_node("tools", ToolNode([stock]), cache_policy=CachePolicy())
+    builder.add_edge(START, "tools")
+    builder.add_edge("tools", END)
+    saver = InMemorySaver()
+    graph = with_deadlines(builder.compile(cache=InMemoryCache(), checkpointer=saver), timeout=5.0)
+    config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
+    given = {"messages": [HumanMessage("pens?"), call]}
+    updates = [u async for u in graph.astream(given, config, stream_mode="updates")]
+    tools = [u["tools"] for u in updates if "tools" in u]
+    assert tools, updates
+    assert tools[0]["messages"][-1].status == "error"  # the model-readable timeout
+    assert _cached_writes(graph) == []
+    state = await graph.aget_state(config)
+    assert state.next == ()  # the node finished: nothing left to run, no failed task
+    assert not [t for t in state.tasks if t.error]
 
 
 def test_a_sync_node_abandoned_at_the_deadline_is_not_cached() -> None:
