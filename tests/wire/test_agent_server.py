@@ -1,0 +1,364 @@
+"""The deadline on the LangGraph Agent Server with many worker processes: `langhost serve` (the
+open PostgreSQL + Redis runtime for the stock `langgraph-api`) with 2 workers of 4 run slots,
+on a throwaway PostgreSQL and Redis, driven with the SDK as users drive it. What only many
+workers have: a cancel that reaches the run through the other process, a run resumed on the
+other worker, a worker killed mid-run. docs/howto/across-services.md#deploy-on-many-workers is
+the recipe this checks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from langgraph_sdk import get_client
+from langgraph_sdk.client import LangGraphClient
+
+from langgraph_deadline.testing import ServedRequest, SlowServer
+
+from .agent_graphs import RESERVE
+from .agent_server import AgentServer, client_on, langhost, redis_server
+
+WORKERS = 2
+HEARTBEAT = 2  # s: a dead worker's runs are taken back within ~2-4 heartbeats (120 s by default)
+SLACK = 1.0  # the answer's way back, and the queue's pickup, on a loaded 2-core machine
+CONFIG = {
+    "dependencies": ["."],
+    "graphs": {
+        "search": "tests.wire.agent_graphs:make_search",
+        "approve": "tests.wire.agent_graphs:make_approve",
+    },
+    "http": {"configurable_headers": {"includes": ["x-request-*"]}},
+}
+
+
+@pytest.fixture(scope="module")
+def slow() -> Iterator[SlowServer]:
+    with SlowServer(default_delay=0.0) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def database(postgres: str) -> str:
+    """A database of the server's own in the shared cluster (its schema is not ours)."""
+    import psycopg
+
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS agent_server")
+        conn.execute("CREATE DATABASE agent_server")
+    return postgres.rsplit("/", 1)[0] + "/agent_server"
+
+
+@pytest.fixture(scope="module")
+def server(
+    database: str, slow: SlowServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AgentServer]:
+    workdir = tmp_path_factory.mktemp("agent-server")
+    config = workdir / "langgraph.json"
+    config.write_text(json.dumps(CONFIG))
+    env = {"SLOW_URL": slow.url("/slow"), "LG_BG_JOB_HEARTBEAT": str(HEARTBEAT)}
+    with (
+        redis_server(workdir) as redis,
+        langhost(config, workdir, env, database=database, redis=redis, workers=WORKERS) as served,
+    ):
+        yield served
+
+
+@pytest.fixture
+def url(server: AgentServer) -> str:
+    return server.url
+
+
+@pytest.fixture
+def pids(server: AgentServer) -> list[int]:
+    found = server.workers()
+    assert len(found) == WORKERS
+    return found
+
+
+@pytest.fixture
+async def client(url: str, slow: SlowServer) -> AsyncIterator[LangGraphClient]:
+    slow.requests.clear()
+    sdk = get_client(url=url)
+    try:
+        yield sdk
+    finally:
+        await sdk.http.client.aclose()
+
+
+async def _thread(client: LangGraphClient) -> str:
+    return str((await client.threads.create())["thread_id"])
+
+
+async def _values(client: LangGraphClient, thread: str) -> dict[str, Any]:
+    values: dict[str, Any] = (await client.threads.get_state(thread))["values"]
+    return values
+
+
+def _statuses(values: dict[str, Any], name: str) -> list[str]:
+    return [r["status"] for r in values["deadline_trace"] if r["name"] == name]
+
+
+def _asked(slow: SlowServer, query: str) -> ServedRequest:
+    (request,) = [r for r in slow.requests if r.query.get("q") == query]
+    return request
+
+
+async def _asked_soon(slow: SlowServer, count: int) -> None:
+    assert await asyncio.to_thread(slow.wait_for, lambda rs: len(rs) >= count, 30.0)
+
+
+def _timeout_sent(request: ServedRequest) -> float:
+    return int(request.headers["x-request-timeout-ms"]) / 1000
+
+
+# -- the header, on either worker -------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_header_bounds_a_run_and_its_http_call_and_the_thread_says_so(
+    client: LangGraphClient, slow: SlowServer
+) -> None:
+    thread = await _thread(client)
+    t0 = time.monotonic()
+    run = await client.runs.create(
+        thread,
+        "search",
+        input={"query": "q", "delay": 10},
+        headers={"X-Request-Timeout-Ms": "3000"},
+    )
+    out = await client.runs.join(thread, run["run_id"])
+    took = time.monotonic() - t0
+    assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
+    assert out["deadline_outcome"]["step"] == "search"
+    assert 3.0 - RESERVE - 0.5 < took < 3.0 + SLACK
+    request = _asked(slow, "q")
+    assert _timeout_sent(request) <= 3.0 - RESERVE
+    assert slow.wait_disconnected(1.0)
+    assert request.disconnected is not None
+    assert request.disconnected - t0 < 3.0 - RESERVE + 0.5  # the socket closed at the budget
+    values = await _values(client, thread)
+    assert values["deadline_outcome"]["terminal"] == "deadline_exceeded"
+    assert _statuses(values, "search") == ["timed_out"]
+    assert (await client.runs.get(thread, run["run_id"]))["status"] == "success"
+    assert (await client.threads.get(thread))["status"] == "interrupted"  # the cut step pending
+
+
+@pytest.mark.anyio
+async def test_concurrent_runs_on_both_workers_each_end_at_their_own_deadline(
+    client: LangGraphClient, slow: SlowServer, pids: list[int]
+) -> None:
+    timeouts = [2.0 + 0.25 * i for i in range(2 * 4)]  # every run slot of both workers
+    threads = [await _thread(client) for _ in timeouts]
+    t0 = time.monotonic()
+    runs = await asyncio.gather(
+        *(
+            client.runs.create(
+                thread,
+                "search",
+                input={"query": f"q{i}", "delay": 10},
+                headers={"X-Request-Timeout-Ms": str(int(s * 1000))},
+            )
+            for i, (thread, s) in enumerate(zip(threads, timeouts, strict=True))
+        )
+    )
+    outs = await asyncio.gather(
+        *(client.runs.join(t, r["run_id"]) for t, r in zip(threads, runs, strict=True))
+    )
+    assert [o["deadline_outcome"]["terminal"] for o in outs] == ["deadline_exceeded"] * len(outs)
+    assert slow.wait_disconnected(2.0, count=len(timeouts))
+    ran_on = set()
+    for i, s in enumerate(timeouts):
+        request = _asked(slow, f"q{i}")
+        ran_on.add(int(request.query["pid"]))
+        assert _timeout_sent(request) <= s - RESERVE
+        assert request.disconnected is not None
+        assert s - RESERVE - 0.5 < request.disconnected - t0 < s + SLACK  # its own deadline
+    assert ran_on == set(pids)  # 8 runs, 4 slots a worker: both ran some
+
+
+# -- cancel through the other worker ------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_cancel_through_the_other_worker_closes_the_call_and_ends_cancelled(
+    client: LangGraphClient, slow: SlowServer, url: str, pids: list[int]
+) -> None:
+    thread = await _thread(client)
+    run = await client.runs.create(
+        thread,
+        "search",
+        input={"query": "q", "delay": 10},
+        headers={"X-Request-Timeout-Ms": "20000"},
+    )
+    await _asked_soon(slow, 1)
+    running_on = int(_asked(slow, "q").query["pid"])
+    (other,) = set(pids) - {running_on}
+    via_other = await client_on(url, other, pids)
+    try:
+        t0 = time.monotonic()
+        await via_other.runs.cancel(thread, run["run_id"])
+        assert slow.wait_disconnected(5.0)
+        request = _asked(slow, "q")
+        assert request.disconnected is not None
+        assert request.disconnected - t0 < SLACK  # closed at once, not at the deadline
+        joined = await via_other.runs.join(thread, run["run_id"])
+    finally:
+        await via_other.http.client.aclose()
+    # A trap: a join answers a cancelled run without its outcome (the server's error, or the
+    # values of the run's last checkpoint, written before the outcome).
+    assert joined.get("deadline_outcome") is None
+    values = await _values(client, thread)  # read the outcome here
+    assert values["deadline_outcome"]["terminal"] == "cancelled"  # not deadline_exceeded
+    assert _statuses(values, "search") == ["cancelled"]
+    assert (await client.runs.get(thread, run["run_id"]))["status"] == "interrupted"
+
+
+# -- queue time ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_time_in_the_queue_is_taken_from_the_budget_and_a_run_late_there_never_starts(
+    client: LangGraphClient, slow: SlowServer
+) -> None:
+    busy = [await _thread(client) for _ in range(2 * 4)]
+    fillers = [
+        await client.runs.create(t, "search", input={"query": f"busy{i}", "delay": 2.5})
+        for i, t in enumerate(busy)
+    ]
+    await _asked_soon(slow, len(busy))  # every run slot of both workers taken
+    waiting, late = await _thread(client), await _thread(client)
+    t0 = time.monotonic()
+    queued = await client.runs.create(
+        waiting,
+        "search",
+        input={"query": "queued", "delay": 10},
+        headers={"X-Request-Timeout-Ms": "5000"},
+    )
+    never = await client.runs.create(
+        late,
+        "search",
+        input={"query": "late", "delay": 10},
+        headers={"X-Request-Timeout-Ms": "1000"},
+    )
+    out = await client.runs.join(waiting, queued["run_id"])
+    took = time.monotonic() - t0
+    too_late = await client.runs.join(late, never["run_id"])
+    for thread, run in zip(busy, fillers, strict=True):
+        await client.runs.join(thread, run["run_id"])  # (ended: its answer may lack the outcome)
+        assert (await _values(client, thread))["deadline_outcome"]["terminal"] == "completed"
+    picked_up = _asked(slow, "queued").started - t0
+    assert picked_up > 1.0  # it did wait in the queue (else this test proves nothing)
+    assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
+    assert took < 5.0 + SLACK  # counted from the request's arrival, not from the pickup
+    assert _timeout_sent(_asked(slow, "queued")) < 5.0 - RESERVE - picked_up + 0.5
+    # The run whose 1 s passed in the queue: ended without starting, its thread says so.
+    assert too_late["deadline_outcome"]["terminal"] == "deadline_exceeded"
+    assert "before it started" in too_late["deadline_outcome"]["reason"]
+    assert not [r for r in slow.requests if r.query.get("q") == "late"]
+    values = await _values(client, late)
+    assert values["deadline_outcome"]["terminal"] == "deadline_exceeded"
+    assert values["deadline_trace"] == []
+    assert (await client.runs.get(late, never["run_id"]))["status"] == "success"
+    # and a run that finished:
+    values = await _values(client, busy[0])
+    assert values["deadline_outcome"]["terminal"] == "completed"
+    assert _statuses(values, "search") == ["completed"]
+    assert (await client.threads.get(busy[0]))["status"] == "idle"
+
+
+# -- an interrupt on one worker, the resume on the other ---------------------------------------
+
+
+@contextlib.contextmanager
+def _frozen(pid: int) -> Iterator[None]:
+    """Worker `pid` stopped (SIGSTOP): it takes no run and no request until it goes on."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.anyio
+async def test_a_run_paused_on_one_worker_and_resumed_on_the_other_keeps_its_deadline(
+    client: LangGraphClient, slow: SlowServer, url: str, pids: list[int]
+) -> None:
+    thread = await _thread(client)
+    t0 = time.monotonic()
+    paused = await client.runs.wait(
+        thread,
+        "approve",
+        input={"query": "q", "delay": 10},
+        headers={"X-Request-Timeout-Ms": "6000"},
+    )
+    (asked,) = paused["__interrupt__"]
+    first = int(asked["value"]["pid"])
+    deadline = (await _values(client, thread))["deadline"]  # epoch seconds, as checkpointed
+    await asyncio.sleep(1.0)  # the human thinks
+    (other,) = set(pids) - {first}
+    via_other = await client_on(url, other, pids)
+    try:
+        with _frozen(first):  # so the resume runs on the other worker
+            out = await via_other.runs.wait(thread, "approve", command={"resume": True})
+            took = time.monotonic() - t0  # (the resume sent no header)
+    finally:
+        await via_other.http.client.aclose()
+    assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
+    assert out["deadline_outcome"]["step"] == "search"
+    assert took < 6.0 + SLACK  # the first request's 6 s, not the graph's 30 s
+    request = _asked(slow, "q")
+    assert int(request.query["pid"]) == other
+    assert int(request.headers["x-request-deadline"]) / 1000 <= deadline
+    assert (await _values(client, thread))["deadline"] == deadline
+
+
+# -- a worker killed mid-run --------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_run_whose_worker_died_comes_back_to_its_own_deadline_and_ends_in_its_thread(
+    client: LangGraphClient,
+    slow: SlowServer,
+    server: AgentServer,
+    url: str,
+) -> None:
+    thread = await _thread(client)
+    run = await client.runs.create(
+        thread,
+        "search",
+        input={"query": "q", "delay": 30},
+        headers={"X-Request-Timeout-Ms": "4000"},
+    )
+    await _asked_soon(slow, 1)
+    deadline = (await _values(client, thread))["deadline"]
+    os.kill(int(_asked(slow, "q").query["pid"]), signal.SIGKILL)
+    # The runtime takes the run back once its heartbeat expires (after its deadline here) and
+    # runs it again, same input, same run id: LangGraph resumes the pending node.
+    survivor = get_client(url=url)  # the connections the dead worker held died with it
+    try:
+        end = time.monotonic() + 20 * HEARTBEAT
+        while (status := (await survivor.runs.get(thread, run["run_id"]))["status"]) in (
+            "pending",
+            "running",
+        ):
+            assert time.monotonic() < end, "the dead worker's run never came back"
+            await asyncio.sleep(0.5)
+        values = await _values(survivor, thread)
+    finally:
+        await survivor.http.client.aclose()
+    assert (values["deadline_outcome"] or {}).get("terminal") == "deadline_exceeded"
+    assert values["deadline"] == deadline  # the run's own, not a fresh budget
+    assert status == "success"
+    assert len(slow.requests) == 1  # the search did not run again
+    # The supervisor starts a new worker in the dead one's place (for the tests after this).
+    end = time.monotonic() + 60
+    while len(server.workers()) < WORKERS or server.started() < WORKERS + 1:
+        assert time.monotonic() < end, "no new worker in the dead one's place"
+        await asyncio.sleep(0.5)
