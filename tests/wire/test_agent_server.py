@@ -271,6 +271,7 @@ async def test_time_in_the_queue_is_taken_from_the_budget_and_a_run_late_there_n
     assert values["deadline_outcome"]["terminal"] == "completed"
     assert _statuses(values, "search") == ["completed"]
     assert (await client.threads.get(busy[0]))["status"] == "idle"
+    assert (await client.runs.get(busy[0], fillers[0]["run_id"]))["status"] == "success"
 
 
 # -- an interrupt on one worker, the resume on the other ---------------------------------------
