@@ -116,7 +116,8 @@ def late_chunks(
         except GraphDrained as exc:  # a re-entered run's pending node was refused
             if exc.reason != DRAIN_REASON:
                 raise
-            refused, seen = final_state(graph, run, cfg, None), False  # its values, the outcome in them
+            refused = final_state(graph, run, cfg, None)
+            seen = False  # the values it ends with are these, the outcome in them
     yield from _last_update(graph, refused, kw, seen)
 
 
@@ -135,7 +136,8 @@ async def alate_chunks(
         except GraphDrained as exc:  # a re-entered run's pending node was refused
             if exc.reason != DRAIN_REASON:
                 raise
-            refused, seen = await afinal_state(graph, run, cfg, None), False  # its values, the outcome in them
+            refused = await afinal_state(graph, run, cfg, None)
+            seen = False  # the values it ends with are these, the outcome in them
     for chunk in _last_update(graph, refused, kw, seen):
         yield chunk
 

@@ -10,6 +10,7 @@ import copy
 import time
 from typing import Any
 
+import anyio
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
@@ -51,7 +52,7 @@ async def test_a_run_reentered_after_its_deadline_ends_deadline_exceeded_in_its_
     with pytest.raises(RuntimeError):
         graph.invoke(job, cfg)
     saver.storage, saver.writes, saver.blobs = left[0]
-    time.sleep(0.4)  # the deadline passes while the dead worker's run waits to be re-queued
+    await anyio.sleep(0.4)  # the deadline passes while the dead worker's run waits to be re-queued
 
     got = await _run(graph, entry, job, cfg, mode)  # the same input, the same run id
 
