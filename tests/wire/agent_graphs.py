@@ -17,9 +17,12 @@ from langgraph.types import interrupt
 from langgraph_deadline import DeadlineGraph, DeadlineState, with_deadlines
 from langgraph_deadline.http import deadline_hooks
 
-__all__ = ["RESERVE", "make_approve", "make_search"]
+__all__ = ["FLUSH_SECONDS", "LEARNED_FROM", "NAMESPACE", "RESERVE", "make_approve", "make_search"]
 
 RESERVE = 0.2
+FLUSH_SECONDS = 1.0  # the shared latency book's (`agent_book.py`)
+NAMESPACE = ("tests", "latency")  # where it keeps its sketches in the server's store
+LEARNED_FROM = 12  # the samples it needs before it caps a step
 
 
 class Search(DeadlineState, total=False):

@@ -10,15 +10,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from langgraph_sdk import get_client
+from langgraph_sdk.client import LangGraphClient
 
 from tests.postgres import free_port
 
-__all__ = ["ROOT", "free_port", "langgraph_dev", "serving"]
+__all__ = ["ROOT", "free_port", "langgraph_dev", "new_thread", "sdk", "serving", "statuses"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,3 +86,22 @@ def langgraph_dev(config: Path, workdir: Path, env: Mapping[str, str]) -> Iterat
     command += ["--port", str(port), "--n-jobs-per-worker", "1", "--config", str(config)]
     with serving(command, url, workdir, env):
         yield url
+
+
+@contextlib.asynccontextmanager
+async def sdk(url: str) -> AsyncIterator[LangGraphClient]:
+    """The SDK's client for the server at `url`, its connections closed on leaving."""
+    client = get_client(url=url)
+    try:
+        yield client
+    finally:
+        await client.http.client.aclose()
+
+
+async def new_thread(client: LangGraphClient) -> str:
+    return str((await client.threads.create())["thread_id"])
+
+
+def statuses(values: Mapping[str, Any], name: str) -> list[str]:
+    """The statuses of step `name`'s records in a thread's values (JSON), in order."""
+    return [r["status"] for r in values["deadline_trace"] if r["name"] == name]

@@ -17,13 +17,13 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
 from langgraph_deadline.testing import ServedRequest, SlowServer
 
-from .agent_graphs import RESERVE
+from .agent_graphs import FLUSH_SECONDS, LEARNED_FROM, NAMESPACE, RESERVE
 from .agent_server import AgentServer, client_on, langhost, redis_server
+from .langgraph_dev import new_thread, sdk, statuses
 
 WORKERS = 2
 HEARTBEAT = 2  # s: a dead worker's runs are taken back within ~2-4 heartbeats (120 s by default)
@@ -33,6 +33,9 @@ CONFIG = {
     "graphs": {
         "search": "tests.wire.agent_graphs:make_search",
         "approve": "tests.wire.agent_graphs:make_approve",
+        # one module named twice: the server runs it twice per worker
+        "learn": "tests.wire.agent_book:make_learn",
+        "learn_again": "tests.wire.agent_book:make_learn",
     },
     "http": {"configurable_headers": {"includes": ["x-request-*"]}},
 }
@@ -85,24 +88,13 @@ def pids(server: AgentServer) -> list[int]:
 @pytest.fixture
 async def client(url: str, slow: SlowServer) -> AsyncIterator[LangGraphClient]:
     slow.requests.clear()
-    sdk = get_client(url=url)
-    try:
-        yield sdk
-    finally:
-        await sdk.http.client.aclose()
-
-
-async def _thread(client: LangGraphClient) -> str:
-    return str((await client.threads.create())["thread_id"])
+    async with sdk(url) as client:
+        yield client
 
 
 async def _values(client: LangGraphClient, thread: str) -> dict[str, Any]:
     values: dict[str, Any] = (await client.threads.get_state(thread))["values"]
     return values
-
-
-def _statuses(values: dict[str, Any], name: str) -> list[str]:
-    return [r["status"] for r in values["deadline_trace"] if r["name"] == name]
 
 
 def _asked(slow: SlowServer, query: str) -> ServedRequest:
@@ -125,7 +117,7 @@ def _timeout_sent(request: ServedRequest) -> float:
 async def test_the_header_bounds_a_run_and_its_http_call_and_the_thread_says_so(
     client: LangGraphClient, slow: SlowServer
 ) -> None:
-    thread = await _thread(client)
+    thread = await new_thread(client)
     t0 = time.monotonic()
     run = await client.runs.create(
         thread,
@@ -145,7 +137,7 @@ async def test_the_header_bounds_a_run_and_its_http_call_and_the_thread_says_so(
     assert request.disconnected - t0 < 3.0 - RESERVE + 0.5  # the socket closed at the budget
     values = await _values(client, thread)
     assert values["deadline_outcome"]["terminal"] == "deadline_exceeded"
-    assert _statuses(values, "search") == ["timed_out"]
+    assert statuses(values, "search") == ["timed_out"]
     assert (await client.runs.get(thread, run["run_id"]))["status"] == "success"
     assert (await client.threads.get(thread))["status"] == "interrupted"  # the cut step pending
 
@@ -155,7 +147,7 @@ async def test_concurrent_runs_on_both_workers_each_end_at_their_own_deadline(
     client: LangGraphClient, slow: SlowServer, pids: list[int]
 ) -> None:
     timeouts = [2.0 + 0.25 * i for i in range(2 * 4)]  # every run slot of both workers
-    threads = [await _thread(client) for _ in timeouts]
+    threads = [await new_thread(client) for _ in timeouts]
     t0 = time.monotonic()
     runs = await asyncio.gather(
         *(
@@ -190,7 +182,7 @@ async def test_concurrent_runs_on_both_workers_each_end_at_their_own_deadline(
 async def test_a_cancel_through_the_other_worker_closes_the_call_and_ends_cancelled(
     client: LangGraphClient, slow: SlowServer, url: str, pids: list[int]
 ) -> None:
-    thread = await _thread(client)
+    thread = await new_thread(client)
     run = await client.runs.create(
         thread,
         "search",
@@ -216,7 +208,7 @@ async def test_a_cancel_through_the_other_worker_closes_the_call_and_ends_cancel
     assert joined.get("deadline_outcome") is None
     values = await _values(client, thread)  # read the outcome here
     assert values["deadline_outcome"]["terminal"] == "cancelled"  # not deadline_exceeded
-    assert _statuses(values, "search") == ["cancelled"]
+    assert statuses(values, "search") == ["cancelled"]
     assert (await client.runs.get(thread, run["run_id"]))["status"] == "interrupted"
 
 
@@ -227,13 +219,13 @@ async def test_a_cancel_through_the_other_worker_closes_the_call_and_ends_cancel
 async def test_time_in_the_queue_is_taken_from_the_budget_and_a_run_late_there_never_starts(
     client: LangGraphClient, slow: SlowServer
 ) -> None:
-    busy = [await _thread(client) for _ in range(2 * 4)]
+    busy = [await new_thread(client) for _ in range(2 * 4)]
     fillers = [
         await client.runs.create(t, "search", input={"query": f"busy{i}", "delay": 2.5})
         for i, t in enumerate(busy)
     ]
     await _asked_soon(slow, len(busy))  # every run slot of both workers taken
-    waiting, late = await _thread(client), await _thread(client)
+    waiting, late = await new_thread(client), await new_thread(client)
     t0 = time.monotonic()
     queued = await client.runs.create(
         waiting,
@@ -269,7 +261,7 @@ async def test_time_in_the_queue_is_taken_from_the_budget_and_a_run_late_there_n
     # and a run that finished:
     values = await _values(client, busy[0])
     assert values["deadline_outcome"]["terminal"] == "completed"
-    assert _statuses(values, "search") == ["completed"]
+    assert statuses(values, "search") == ["completed"]
     assert (await client.threads.get(busy[0]))["status"] == "idle"
     assert (await client.runs.get(busy[0], fillers[0]["run_id"]))["status"] == "success"
 
@@ -277,21 +269,25 @@ async def test_time_in_the_queue_is_taken_from_the_budget_and_a_run_late_there_n
 # -- an interrupt on one worker, the resume on the other ---------------------------------------
 
 
-@contextlib.contextmanager
-def _frozen(pid: int) -> Iterator[None]:
-    """Worker `pid` stopped (SIGSTOP): it takes no run and no request until it goes on."""
+@contextlib.asynccontextmanager
+async def _frozen(pid: int, slow: SlowServer, count: int) -> AsyncIterator[None]:
+    """Worker `pid` stopped (SIGSTOP) until the slow service has seen `count` requests: it takes
+    no run meanwhile. Briefly: uvicorn's supervisor replaces a worker that does not answer its
+    health check for 5 s."""
     os.kill(pid, signal.SIGSTOP)
     try:
         yield
+        await _asked_soon(slow, count)
     finally:
-        os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 @pytest.mark.anyio
 async def test_a_run_paused_on_one_worker_and_resumed_on_the_other_keeps_its_deadline(
     client: LangGraphClient, slow: SlowServer, url: str, pids: list[int]
 ) -> None:
-    thread = await _thread(client)
+    thread = await new_thread(client)
     t0 = time.monotonic()
     paused = await client.runs.wait(
         thread,
@@ -306,9 +302,10 @@ async def test_a_run_paused_on_one_worker_and_resumed_on_the_other_keeps_its_dea
     (other,) = set(pids) - {first}
     via_other = await client_on(url, other, pids)
     try:
-        with _frozen(first):  # so the resume runs on the other worker
-            out = await via_other.runs.wait(thread, "approve", command={"resume": True})
-            took = time.monotonic() - t0  # (the resume sent no header)
+        async with _frozen(first, slow, 1):  # so the resume runs on the other worker
+            resumed = await via_other.runs.create(thread, "approve", command={"resume": True})
+        out = await via_other.runs.join(thread, resumed["run_id"])  # (it sent no header)
+        took = time.monotonic() - t0
     finally:
         await via_other.http.client.aclose()
     assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
@@ -330,7 +327,7 @@ async def test_a_run_whose_worker_died_comes_back_to_its_own_deadline_and_ends_i
     server: AgentServer,
     url: str,
 ) -> None:
-    thread = await _thread(client)
+    thread = await new_thread(client)
     run = await client.runs.create(
         thread,
         "search",
@@ -342,8 +339,7 @@ async def test_a_run_whose_worker_died_comes_back_to_its_own_deadline_and_ends_i
     os.kill(int(_asked(slow, "q").query["pid"]), signal.SIGKILL)
     # The runtime takes the run back once its heartbeat expires (after its deadline here) and
     # runs it again, same input, same run id: LangGraph resumes the pending node.
-    survivor = get_client(url=url)  # the connections the dead worker held died with it
-    try:
+    async with sdk(url) as survivor:  # the connections the dead worker held died with it
         end = time.monotonic() + 20 * HEARTBEAT
         while (status := (await survivor.runs.get(thread, run["run_id"]))["status"]) in (
             "pending",
@@ -352,8 +348,6 @@ async def test_a_run_whose_worker_died_comes_back_to_its_own_deadline_and_ends_i
             assert time.monotonic() < end, "the dead worker's run never came back"
             await asyncio.sleep(0.5)
         values = await _values(survivor, thread)
-    finally:
-        await survivor.http.client.aclose()
     assert (values["deadline_outcome"] or {}).get("terminal") == "deadline_exceeded"
     assert values["deadline"] == deadline  # the run's own, not a fresh budget
     assert status == "success"
@@ -363,3 +357,49 @@ async def test_a_run_whose_worker_died_comes_back_to_its_own_deadline_and_ends_i
     while len(server.workers()) < WORKERS or server.started() < WORKERS + 1:
         assert time.monotonic() < end, "no new worker in the dead one's place"
         await asyncio.sleep(0.5)
+
+
+# -- one latency book for every worker --------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_what_one_worker_learned_caps_a_hang_on_the_other_within_the_flush_interval(
+    client: LangGraphClient, slow: SlowServer, url: str, pids: list[int]
+) -> None:
+    one, two = pids
+    threads = [await new_thread(client) for _ in range(LEARNED_FROM)]
+    via_one = await client_on(url, one, pids)
+    try:
+        async with _frozen(two, slow, LEARNED_FROM):  # every run on worker one
+            runs = [
+                await via_one.runs.create(t, "learn", input={"query": f"learn{i}", "delay": 0.01})
+                for i, t in enumerate(threads)
+            ]
+        for t, r in zip(threads, runs, strict=True):
+            await via_one.runs.join(t, r["run_id"])
+    finally:
+        await via_one.http.client.aclose()
+    assert {int(r.query["pid"]) for r in slow.requests} == {one}
+    await asyncio.sleep(2 * FLUSH_SECONDS + 0.5)  # one writes, two reads, on their timers
+    hung = await new_thread(client)
+    via_two = await client_on(url, two, pids)
+    try:
+        t0 = time.monotonic()
+        async with _frozen(one, slow, LEARNED_FROM + 1):  # the hang on worker two
+            run = await via_two.runs.create(hung, "learn", input={"query": "hang", "delay": 10})
+        out = await via_two.runs.join(hung, run["run_id"])
+    finally:
+        await via_two.http.client.aclose()
+    took = time.monotonic() - t0
+    assert int(_asked(slow, "hang").query["pid"]) == two
+    assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
+    (cut,) = [r for r in out["deadline_trace"] if r["name"] == "lookup"]
+    assert cut["status"] == "timed_out"
+    assert cut["allocated_ms"] < 2000  # the learned cap, not the cold 5 s
+    assert took < 2.0 + SLACK
+    # Two books in each worker (the module ran twice), one entry each: each sample counts once.
+    await asyncio.sleep(2 * FLUSH_SECONDS + 0.5)
+    items = (await client.store.search_items(list(NAMESPACE), limit=100))["items"]
+    sketches = [i["value"]["sketch"] for i in items if i["value"]["name"] == "lookup"]
+    assert len(sketches) == 2  # one per worker process
+    assert sum(sum(k["finished"]) + sum(k["censored"]) for k in sketches) == LEARNED_FROM + 1
