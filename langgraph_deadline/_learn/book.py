@@ -291,7 +291,7 @@ class Shared:
             raise ValueError(
                 f"namespace must be a tuple of strings without dots, got {namespace!r}"
             )
-        self._book = book
+        self._book = weakref.ref(book)  # the book holds its link, not the other way round
         self._store = store
         self._namespace = namespace
         self._every = flush_every
@@ -333,7 +333,9 @@ class Shared:
                 log.warning("latency book: the store could not be reached", exc_info=True)
 
     def _write(self) -> None:
-        book = self._book
+        book = self._book()
+        if book is None:
+            return
         for kind, name in book.names():
             sketch = book.local(kind, name)
             if sketch is None or self._written.get((kind, name)) == sketch.count:
@@ -362,8 +364,10 @@ class Shared:
                 break
             offset += _PAGE
         self._others = others
+        book = self._book()
         for (kind, name), sketch in others.items():
-            self._book.note_shared(kind, name, sketch.count)
+            if book is not None:
+                book.note_shared(kind, name, sketch.count)
 
     def with_others(self, mine: LatencySketch, name: str, kinds: Iterable[str]) -> LatencySketch:
         """`mine` with what the other workers hold for `name` under `kinds`."""

@@ -8,7 +8,6 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-
 from typing import Any
 
 import pytest
