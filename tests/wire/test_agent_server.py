@@ -2,8 +2,8 @@
 open PostgreSQL + Redis runtime for the stock `langgraph-api`) with 2 workers of 4 run slots,
 on a throwaway PostgreSQL and Redis, driven with the SDK as users drive it. What only many
 workers have: a cancel that reaches the run through the other process, a run resumed on the
-other worker, a worker killed mid-run. docs/howto/across-services.md#deploy-on-many-workers is
-the recipe this checks."""
+other worker, a worker killed mid-run, one latency book for both.
+docs/howto/across-services.md#deploy-on-many-workers is the recipe this checks."""
 
 from __future__ import annotations
 
@@ -110,6 +110,19 @@ def _timeout_sent(request: ServedRequest) -> float:
     return int(request.headers["x-request-timeout-ms"]) / 1000
 
 
+async def _search(
+    client: LangGraphClient, thread: str, query: str, *, delay: float, timeout_ms: int
+) -> dict[str, Any]:
+    """A run of `search` asking the slow service to take `delay` s, sent with the header."""
+    run: dict[str, Any] = await client.runs.create(
+        thread,
+        "search",
+        input={"query": query, "delay": delay},
+        headers={"X-Request-Timeout-Ms": str(timeout_ms)},
+    )
+    return run
+
+
 # -- the header, on either worker -------------------------------------------------------------
 
 
@@ -119,12 +132,7 @@ async def test_the_header_bounds_a_run_and_its_http_call_and_the_thread_says_so(
 ) -> None:
     thread = await new_thread(client)
     t0 = time.monotonic()
-    run = await client.runs.create(
-        thread,
-        "search",
-        input={"query": "q", "delay": 10},
-        headers={"X-Request-Timeout-Ms": "3000"},
-    )
+    run = await _search(client, thread, "q", delay=10, timeout_ms=3000)
     out = await client.runs.join(thread, run["run_id"])
     took = time.monotonic() - t0
     assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
@@ -151,12 +159,7 @@ async def test_concurrent_runs_on_both_workers_each_end_at_their_own_deadline(
     t0 = time.monotonic()
     runs = await asyncio.gather(
         *(
-            client.runs.create(
-                thread,
-                "search",
-                input={"query": f"q{i}", "delay": 10},
-                headers={"X-Request-Timeout-Ms": str(int(s * 1000))},
-            )
+            _search(client, thread, f"q{i}", delay=10, timeout_ms=int(s * 1000))
             for i, (thread, s) in enumerate(zip(threads, timeouts, strict=True))
         )
     )
@@ -183,12 +186,7 @@ async def test_a_cancel_through_the_other_worker_closes_the_call_and_ends_cancel
     client: LangGraphClient, slow: SlowServer, url: str, pids: list[int]
 ) -> None:
     thread = await new_thread(client)
-    run = await client.runs.create(
-        thread,
-        "search",
-        input={"query": "q", "delay": 10},
-        headers={"X-Request-Timeout-Ms": "20000"},
-    )
+    run = await _search(client, thread, "q", delay=10, timeout_ms=20000)
     await _asked_soon(slow, 1)
     running_on = int(_asked(slow, "q").query["pid"])
     (other,) = set(pids) - {running_on}
@@ -227,18 +225,8 @@ async def test_time_in_the_queue_is_taken_from_the_budget_and_a_run_late_there_n
     await _asked_soon(slow, len(busy))  # every run slot of both workers taken
     waiting, late = await new_thread(client), await new_thread(client)
     t0 = time.monotonic()
-    queued = await client.runs.create(
-        waiting,
-        "search",
-        input={"query": "queued", "delay": 10},
-        headers={"X-Request-Timeout-Ms": "5000"},
-    )
-    never = await client.runs.create(
-        late,
-        "search",
-        input={"query": "late", "delay": 10},
-        headers={"X-Request-Timeout-Ms": "1000"},
-    )
+    queued = await _search(client, waiting, "queued", delay=10, timeout_ms=5000)
+    never = await _search(client, late, "late", delay=10, timeout_ms=1000)
     out = await client.runs.join(waiting, queued["run_id"])
     took = time.monotonic() - t0
     too_late = await client.runs.join(late, never["run_id"])
@@ -328,12 +316,7 @@ async def test_a_run_whose_worker_died_comes_back_to_its_own_deadline_and_ends_i
     url: str,
 ) -> None:
     thread = await new_thread(client)
-    run = await client.runs.create(
-        thread,
-        "search",
-        input={"query": "q", "delay": 30},
-        headers={"X-Request-Timeout-Ms": "4000"},
-    )
+    run = await _search(client, thread, "q", delay=30, timeout_ms=4000)
     await _asked_soon(slow, 1)
     deadline = (await _values(client, thread))["deadline"]
     os.kill(int(_asked(slow, "q").query["pid"]), signal.SIGKILL)
