@@ -85,6 +85,7 @@ $(SUITE_STAMP): pyproject.toml
 	touch $(SUITE_STAMP)
 
 $(SERVER_STAMP): pyproject.toml
+	@echo "First run: installing the Agent Server (langhost) and the package in $(SERVER)/ (about 1 min, once)..."
 	$(PYTHON) -m venv $(SERVER)
 	$(SERVER)/bin/python -m pip install --quiet --upgrade pip
 	$(SERVER)/bin/python -m pip install --quiet -e . $(SERVER_PINS)

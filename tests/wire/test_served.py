@@ -104,7 +104,7 @@ async def test_the_timeout_header_alone_bounds_a_served_run_and_its_http_call(
 async def test_a_run_that_ran_out_says_so_in_the_servers_log(
     client: LangGraphClient, workdir: Path
 ) -> None:
-    thread = await _thread(client)
+    thread = await new_thread(client)
     run = await client.runs.create(
         thread,
         "search",
