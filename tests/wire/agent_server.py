@@ -62,13 +62,25 @@ def redis_server(workdir: Path) -> Iterator[str]:
             proc.wait(5)
 
 
-def _migrated(database: str, env: Mapping[str, str]) -> None:
-    """The runtime's schema, made once: each worker process makes it on start, and two racing
-    on an empty database fail (a trap the docs tell)."""
-    migrate = SERVER_VENV / "bin" / "langgraph-runtime-pg-migrate"
-    subprocess.run(
-        [str(migrate), "upgrade"], env={**os.environ, **env, "DATABASE_URI": database}, check=True
-    )
+SCHEMA = """
+import os
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.store.postgres import PostgresStore
+from langgraph_runtime_pg.migrate import upgrade_head
+
+upgrade_head(os.environ["DATABASE_URI"])  # the runtime's tables
+for tables in (PostgresSaver, PostgresStore):  # the checkpoints', the store's
+    with tables.from_conn_string(os.environ["DATABASE_URI"]) as db:
+        db.setup()
+"""
+"""The schema, made once before the workers start (docs/howto/across-services.md has it): each
+worker makes it on start, and two racing on an empty database fail."""
+
+
+def _schema(database: str) -> None:
+    python = SERVER_VENV / "bin" / "python"
+    env = {**os.environ, "DATABASE_URI": database}
+    subprocess.run([str(python), "-c", SCHEMA], env=env, check=True)
 
 
 _STARTED = "Application startup complete"
@@ -108,7 +120,7 @@ def langhost(
     cli = SERVER_VENV / "bin" / "langhost"
     if not cli.exists():
         unavailable(f"{cli} not found: run `make {SERVER_VENV.name}/.installed`")
-    _migrated(database, env)
+    _schema(database)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [str(cli), "serve", "--host", "127.0.0.1", "--port", str(port), "-c", str(config)]
