@@ -25,6 +25,12 @@ SUITE_TEST   := pytest pytest-mock pytest-timeout syrupy 'pytest-xdist[psutil]' 
 	pytest-dotenv redis pycryptodome xxhash requests uvloop langgraph-sdk langgraph-prebuilt \
 	langgraph-checkpoint-sqlite langgraph-checkpoint-postgres 'psycopg[binary]' psycopg-pool
 
+# The LangGraph Agent Server on many workers (`langhost`, the open PostgreSQL + Redis runtime),
+# for tests/wire/test_agent_server.py: it pins a langgraph-api older than `langgraph dev`'s.
+SERVER       := .venv-server
+SERVER_STAMP := $(SERVER)/.installed
+SERVER_PINS  := langhost==0.11.1.post1 langgraph-runtime-pg==0.11.1.post1 langgraph-api==0.11.1
+
 .PHONY: demo test test-lowest test-bare suite lint docs bench clean
 
 $(STAMP): pyproject.toml
@@ -78,6 +84,13 @@ $(SUITE_STAMP): pyproject.toml
 	$(SUITE)/bin/python -m pip install --quiet -e . $(SUITE_TEST)
 	touch $(SUITE_STAMP)
 
+$(SERVER_STAMP): pyproject.toml
+	@echo "First run: installing the Agent Server (langhost) and the package in $(SERVER)/ (about 1 min, once)..."
+	$(PYTHON) -m venv $(SERVER)
+	$(SERVER)/bin/python -m pip install --quiet --upgrade pip
+	$(SERVER)/bin/python -m pip install --quiet -e . $(SERVER_PINS)
+	touch $(SERVER_STAMP)
+
 # LangGraph's own tests, plain and with every graph wrapped by with_deadlines (a deadline nobody
 # reaches): fails on any test that passes plain and fails wrapped, but for the allowlist's.
 suite: $(SUITE_STAMP)
@@ -95,4 +108,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(LOWEST) $(BARE) $(SUITE) .suite .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) $(LOWEST) $(BARE) $(SUITE) $(SERVER) .suite .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -15,10 +15,11 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
-__all__ = ["free_port", "postgres"]
+__all__ = ["free_port", "postgres", "unavailable"]
 
 
 def free_port() -> int:
@@ -26,6 +27,14 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def unavailable(message: str) -> NoReturn:
+    """Skip a test for want of a server program; on CI (`CI=true`), where `.ci/run` installs
+    them all, fail it instead: CI never skips quietly."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def _postgres_bin() -> Path | None:
@@ -45,10 +54,7 @@ def postgres() -> Iterator[str]:
     """A throwaway PostgreSQL cluster in a temp dir, on a free loopback port; its URL."""
     bindir = _postgres_bin()
     if bindir is None:
-        message = "PostgreSQL server programs not found: run scripts/ensure_postgres.sh"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("PostgreSQL server programs not found: run scripts/ensure_postgres.sh")
     run_as: list[str] = []
     base = Path(tempfile.mkdtemp(prefix="langgraph-deadline-pg-"))
     if os.geteuid() == 0:  # the server refuses to run as root

@@ -7,6 +7,10 @@ modes asked for (a last `updates` chunk carries the outcome), and a checkpointed
 it, its first node pending (a resume that grants time runs it). LangGraph Server reads its
 answer from that stream and its thread from that checkpoint. Without the fields,
 `DeadlineExceeded` is raised and nothing is written.
+
+A run LangGraph re-enters (the same run id as its thread's checkpoint: a served run re-queued
+after its worker died mid-node) is resumed by LangGraph whatever its input: its pending node is
+refused, and the run ends as a run drained at a step that ran out, its outcome in its thread.
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphDrained
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Overwrite
 
 from .._core.plan import RunTracker
 from .._core.records import Outcome, Terminal
 from .chunks import closing_chunks
+from .ends import afinal_state, final_state
 from .resume import saved
+from .seams import DRAIN_REASON
 from .terminal import emit_run_outcome, exceeded
 
 if TYPE_CHECKING:
@@ -101,10 +108,16 @@ def late_chunks(
     applied = _applied(graph, run, input, cfg)
     seen = False
     if applied is not None:
-        for chunk in CompiledStateGraph.stream(graph, applied, cfg, **_kwargs(kw)):
-            if not _interrupt(chunk):
-                seen = True
-                yield chunk
+        try:
+            for chunk in CompiledStateGraph.stream(graph, applied, cfg, **_kwargs(kw)):
+                if not _interrupt(chunk):
+                    seen = True
+                    yield chunk
+        except GraphDrained as exc:  # a re-entered run's pending node was refused
+            if exc.reason != DRAIN_REASON:
+                raise
+            refused = final_state(graph, run, cfg, None)
+            seen = False  # the values it ends with are these, the outcome in them
     yield from _last_update(graph, refused, kw, seen)
 
 
@@ -115,10 +128,16 @@ async def alate_chunks(
     applied = _applied(graph, run, input, cfg)
     seen = False
     if applied is not None:
-        async for chunk in CompiledStateGraph.astream(graph, applied, cfg, **_kwargs(kw)):
-            if not _interrupt(chunk):
-                seen = True
-                yield chunk
+        try:
+            async for chunk in CompiledStateGraph.astream(graph, applied, cfg, **_kwargs(kw)):
+                if not _interrupt(chunk):
+                    seen = True
+                    yield chunk
+        except GraphDrained as exc:  # a re-entered run's pending node was refused
+            if exc.reason != DRAIN_REASON:
+                raise
+            refused = await afinal_state(graph, run, cfg, None)
+            seen = False  # the values it ends with are these, the outcome in them
     for chunk in _last_update(graph, refused, kw, seen):
         yield chunk
 

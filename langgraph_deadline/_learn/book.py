@@ -10,15 +10,19 @@ this"; steps skipped, failed or cancelled by a caller teach nothing about their 
 With a LangGraph `BaseStore` the book is shared by every process that uses the same store and
 namespace: each process writes its own sketches, every `flush_every` samples or
 `flush_seconds`, on a thread of its own (best effort: a failed write is logged and retried at
-the next flush), and reads the others' back on start and at each flush (`Shared`, below).
+the next flush), and reads the others' back on start and at each flush, at least every
+`flush_seconds`, idle or not (`Shared`, below). The books of one process that hear its steps
+share one entry per namespace: made twice, a book does not count the process's samples twice.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
+import weakref
 from array import array
 from collections.abc import Iterable
 from typing import Any, Final
@@ -104,7 +108,8 @@ class LatencyBook:
             many seconds, whichever comes first.
         max_keys: at most this many (kind, name) keys; steps under new names past it are not
             recorded (a bound on memory: 20 KiB per key).
-        listen: hear every step of the process (else feed it with `record`).
+        listen: hear every step of the process (else feed it with `record`). Books that
+            listen hold the same samples: with one store namespace they share one entry.
 
     Raises:
         TypeError, ValueError: a bad number, a `store` without `put`/`search`, a namespace
@@ -138,6 +143,7 @@ class LatencyBook:
                 namespace=namespace,
                 flush_every=flush_every,
                 flush_seconds=flush_seconds,
+                listening=listen,
             )
         if listen:
             _listen(self)
@@ -256,8 +262,13 @@ class Shared:
 
     Each process writes its own sketches (its samples since it started) under its own key, so
     writes never race; it reads every other key back and merges them. Nothing here runs on a
-    step's path: a write starts on a thread of its own, one at a time. The store is duck-typed
-    (`put`, `search`): this layer imports no LangGraph.
+    step's path: a write starts on a thread of its own, one at a time, and a timer flushes every
+    `flush_seconds` too, so an idle worker still writes what it learned and reads what the
+    others learned. The store is duck-typed (`put`, `search`): this layer imports no LangGraph.
+
+    Books that hear every step of the process hold the same samples: they share one key per
+    namespace and process (LangGraph Server runs a graph module once per graph it names, so a
+    module-level book is made several times), and the process's samples count once.
     """
 
     def __init__(
@@ -268,6 +279,7 @@ class Shared:
         namespace: tuple[str, ...],
         flush_every: int,
         flush_seconds: float,
+        listening: bool = False,
     ) -> None:
         if not (callable(getattr(store, "put", None)) and callable(getattr(store, "search", None))):
             raise TypeError(f"store must be a LangGraph BaseStore, got {type(store).__name__}")
@@ -279,18 +291,27 @@ class Shared:
             raise ValueError(
                 f"namespace must be a tuple of strings without dots, got {namespace!r}"
             )
-        self._book = book
+        self._book = weakref.ref(book)  # the book holds its link, not the other way round
         self._store = store
         self._namespace = namespace
         self._every = flush_every
         self._seconds = flush_seconds
-        self.worker = uuid.uuid4().hex
+        self.worker = _listeners_key(namespace) if listening else uuid.uuid4().hex
         self._others: dict[tuple[str, str], LatencySketch] = {}
         self._written: dict[tuple[str, str], int] = {}
         self._pending = 0
         self._due = time.monotonic() + flush_seconds
         self._busy = threading.Lock()
         self._read()  # read back on start: what the others learned before this process
+        stop = threading.Event()
+        weakref.finalize(self, stop.set)
+        timer = threading.Thread(
+            target=_tick,
+            args=(weakref.ref(self), stop, flush_seconds),
+            name="latency-book-timer",
+            daemon=True,
+        )
+        timer.start()
 
     def noted(self) -> None:
         """One more sample: start a flush on its own thread when one is due."""
@@ -312,7 +333,9 @@ class Shared:
                 log.warning("latency book: the store could not be reached", exc_info=True)
 
     def _write(self) -> None:
-        book = self._book
+        book = self._book()
+        if book is None:
+            return
         for kind, name in book.names():
             sketch = book.local(kind, name)
             if sketch is None or self._written.get((kind, name)) == sketch.count:
@@ -341,8 +364,10 @@ class Shared:
                 break
             offset += _PAGE
         self._others = others
+        book = self._book()
         for (kind, name), sketch in others.items():
-            self._book.note_shared(kind, name, sketch.count)
+            if book is not None:
+                book.note_shared(kind, name, sketch.count)
 
     def with_others(self, mine: LatencySketch, name: str, kinds: Iterable[str]) -> LatencySketch:
         """`mine` with what the other workers hold for `name` under `kinds`."""
@@ -352,3 +377,24 @@ class Shared:
             if theirs is not None:
                 mine = mine.merge(theirs)
         return mine
+
+
+_LISTENERS: dict[tuple[int, tuple[str, ...]], str] = {}
+_LISTENERS_LOCK = threading.Lock()
+
+
+def _listeners_key(namespace: tuple[str, ...]) -> str:
+    """The key of the books of this process that hear all its steps, under `namespace` (per
+    process id: a forked child gets its own)."""
+    with _LISTENERS_LOCK:
+        return _LISTENERS.setdefault((os.getpid(), namespace), uuid.uuid4().hex)
+
+
+def _tick(shared: weakref.ref[Shared], stop: threading.Event, seconds: float) -> None:
+    """Flush every `seconds` until the book is gone."""
+    while not stop.wait(seconds):
+        linked = shared()
+        if linked is None:
+            return
+        linked.flush()
+        del linked

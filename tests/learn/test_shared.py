@@ -8,11 +8,13 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langgraph.graph import START, StateGraph
 from langgraph.store.memory import InMemoryStore
 
-from langgraph_deadline import LatencyBook
+from langgraph_deadline import DeadlineState, LatencyBook, with_deadlines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,6 +45,42 @@ def test_a_flush_starts_by_itself_every_n_samples_off_the_recording_thread() -> 
     while not store.search(("langgraph_deadline", "latency")) and time.monotonic() < end:
         time.sleep(0.01)
     assert LatencyBook(store=store, listen=False).count("search", "tool") == 10
+
+
+def test_an_idle_book_reads_what_another_learned_within_its_flush_interval() -> None:
+    store = InMemoryStore()
+    idle = LatencyBook(store=store, listen=False, flush_seconds=0.2)
+    busy = LatencyBook(store=store, listen=False, flush_seconds=0.2)
+    for _ in range(24):  # fewer than flush_every, within flush_seconds: no flush by the count
+        busy.record("tool", "search", 0.1)
+    # Nobody flushes by hand and the idle book records nothing: the books' timers do it.
+    end = time.monotonic() + 5
+    while idle.count("search", "tool") < 24 and time.monotonic() < end:
+        time.sleep(0.02)
+    assert idle.count("search", "tool") == 24
+    assert idle.sketch("search", "tool").finished == 24
+
+
+def test_books_that_hear_the_same_process_count_its_samples_once() -> None:
+    class Query(DeadlineState, total=False):
+        q: str
+
+    def search(state: Query) -> dict[str, Any]:
+        return {}
+
+    store = InMemoryStore()
+    # A graph module LangGraph Server runs once per graph it names makes its book five times.
+    books = [LatencyBook(store=store, flush_seconds=3600) for _ in range(5)]
+    builder = StateGraph(Query).add_node("search", search).add_edge(START, "search")
+    graph = with_deadlines(builder, timeout=5.0)
+    for _ in range(20):
+        graph.invoke({"q": "boots"})
+    for book in books:
+        book.flush()
+    assert books[0].count("search", "node") == 20
+    other_process = LatencyBook(store=store, listen=False)
+    assert other_process.count("search", "node") == 20  # not 100
+    assert len(store.search(("langgraph_deadline", "latency"))) == 1
 
 
 def test_a_store_that_fails_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:

@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 from langgraph.pregel.remote import RemoteGraph
-from langgraph_sdk import get_client
 from langgraph_sdk.client import LangGraphClient
 
 from langgraph_deadline.testing import SlowServer
 
-from .langgraph_dev import ROOT, langgraph_dev
+from .langgraph_dev import ROOT, langgraph_dev, new_thread, sdk, statuses
 
 CONFIG = ROOT / "examples" / "served" / "langgraph.json"
 RESERVE = 0.2  # examples.served.graphs.make_search
@@ -47,19 +46,8 @@ def url(slow: SlowServer, workdir: Path) -> Iterator[str]:
 async def client(url: str, slow: SlowServer) -> AsyncIterator[LangGraphClient]:
     slow.requests.clear()
     slow.default_delay = 0.0
-    sdk = get_client(url=url)
-    try:
-        yield sdk
-    finally:
-        await sdk.http.client.aclose()
-
-
-async def _thread(client: LangGraphClient) -> str:
-    return str((await client.threads.create())["thread_id"])
-
-
-def _statuses(values: dict[str, Any], name: str) -> list[str]:
-    return [r["status"] for r in values["deadline_trace"] if r["name"] == name]
+    async with sdk(url) as client:
+        yield client
 
 
 # -- 1. a run whose deadline passed while it waited -------------------------------------------
@@ -69,7 +57,7 @@ def _statuses(values: dict[str, Any], name: str) -> list[str]:
 async def test_a_run_already_late_answers_deadline_exceeded_and_its_thread_says_so(
     client: LangGraphClient, slow: SlowServer, url: str
 ) -> None:
-    thread = await _thread(client)
+    thread = await new_thread(client)
     late = {"query": "q", "deadline": time.time() - 1}
     out = await client.runs.wait(thread, "search", input=late)
     assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
@@ -88,7 +76,7 @@ async def test_a_run_already_late_answers_deadline_exceeded_and_its_thread_says_
 async def test_the_timeout_header_alone_bounds_a_served_run_and_its_http_call(
     client: LangGraphClient, slow: SlowServer
 ) -> None:
-    thread = await _thread(client)
+    thread = await new_thread(client)
     t0 = time.monotonic()
     out = await client.runs.wait(
         thread,
@@ -107,7 +95,7 @@ async def test_the_timeout_header_alone_bounds_a_served_run_and_its_http_call(
     assert request.disconnected - t0 < 2.5 - RESERVE + 0.3  # the socket closed at the budget
     values = (await client.threads.get_state(thread))["values"]
     assert values["deadline_outcome"]["terminal"] == "deadline_exceeded"
-    assert _statuses(values, "search") == ["timed_out"]
+    assert statuses(values, "search") == ["timed_out"]
     # The server's own statuses cannot tell it from a pause: the cut step is pending.
     assert (await client.threads.get(thread))["status"] == "interrupted"
 
@@ -116,7 +104,7 @@ async def test_the_timeout_header_alone_bounds_a_served_run_and_its_http_call(
 async def test_a_run_that_ran_out_says_so_in_the_servers_log(
     client: LangGraphClient, workdir: Path
 ) -> None:
-    thread = await _thread(client)
+    thread = await new_thread(client)
     run = await client.runs.create(
         thread,
         "search",
@@ -156,7 +144,7 @@ async def test_remote_graph_headers_bound_the_served_run(
 async def test_time_in_the_queue_is_taken_from_the_budget(
     client: LangGraphClient, slow: SlowServer
 ) -> None:
-    busy, waiting = await _thread(client), await _thread(client)
+    busy, waiting = await new_thread(client), await new_thread(client)
     # One job per worker: a 1.5 s run first, so the next one waits in the queue behind it
     # (picking a run up takes the dev server up to a second too).
     first = await client.runs.create(busy, "search", input={"query": "busy", "delay": 1.5})
@@ -187,13 +175,13 @@ async def test_time_in_the_queue_is_taken_from_the_budget(
 async def test_a_completed_run_says_so_in_its_answer_and_its_thread(
     client: LangGraphClient, url: str
 ) -> None:
-    thread = await _thread(client)
+    thread = await new_thread(client)
     out = await client.runs.wait(thread, "search", input={"query": "q"})
     assert out["deadline_outcome"]["terminal"] == "completed"
     assert (await client.threads.get(thread))["status"] == "idle"
     values = (await client.threads.get_state(thread))["values"]
     assert values["deadline_outcome"]["terminal"] == "completed"
-    assert _statuses(values, "search") == ["completed"]
+    assert statuses(values, "search") == ["completed"]
     remote = await RemoteGraph("search", url=url).ainvoke({"query": "q"})
     assert remote["deadline_outcome"]["terminal"] == "completed"
 
@@ -202,7 +190,7 @@ async def test_a_completed_run_says_so_in_its_answer_and_its_thread(
 async def test_a_cancelled_run_leaves_cancelled_and_its_step_record_in_its_thread(
     client: LangGraphClient, slow: SlowServer
 ) -> None:
-    thread = await _thread(client)
+    thread = await new_thread(client)
     run = await client.runs.create(thread, "search", input={"query": "q", "delay": 10})
     assert await asyncio.to_thread(slow.wait_for, lambda rs: len(rs) == 1, 10.0)
     await client.runs.cancel(thread, run["run_id"], wait=True)
@@ -210,7 +198,7 @@ async def test_a_cancelled_run_leaves_cancelled_and_its_step_record_in_its_threa
     assert (await client.runs.get(thread, run["run_id"]))["status"] == "interrupted"
     values = (await client.threads.get_state(thread))["values"]
     assert values["deadline_outcome"]["terminal"] == "cancelled"
-    assert _statuses(values, "search") == ["cancelled"]
+    assert statuses(values, "search") == ["cancelled"]
 
 
 # -- 5. a stale cache in the server's store ----------------------------------------------------
@@ -232,7 +220,7 @@ async def test_a_stale_answer_comes_from_the_servers_store_and_only_to_its_user(
     stale = await client.runs.wait(None, "stock", input={"sku": "A1"}, config=as_user("alice"))
     assert stale["answer"].startswith(STALE)
     assert fresh["answer"] in stale["answer"]
-    assert "stale" in _statuses(stale, "stock_level")
+    assert "stale" in statuses(stale, "stock_level")
     assert stale["deadline_outcome"]["terminal"] == "completed"
 
     other = await client.runs.wait(None, "stock", input={"sku": "A1"}, config=as_user("bob"))
