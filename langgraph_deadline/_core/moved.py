@@ -1,5 +1,5 @@
-"""Names that moved to another public module: the old import path keeps working for one release,
-with a `DeprecationWarning` that names the new one.
+"""Names that moved or were renamed: the old import path, or the old keyword, keeps working for
+one release, with a `DeprecationWarning` that names the new one.
 
 A public module that gave a name away keeps a table of them and answers for them in its module
 `__getattr__`, which Python calls only for a name the module does not have:
@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["moved"]
+__all__ = ["moved", "renamed"]
 
 
 def moved(module: str, name: str, moves: Mapping[str, str]) -> Any:
@@ -39,3 +39,23 @@ def moved(module: str, name: str, moves: Mapping[str, str]) -> Any:
         stacklevel=3,
     )
     return getattr(importlib.import_module(home), name)
+
+
+def renamed(where: str, old: str, new: str, old_value: Any, new_value: Any) -> Any:
+    """The value of keyword `new` of `where`, given as `new` or as its old name `old` (with a
+    DeprecationWarning on the caller's caller's line); `None` means not given.
+
+    Raises:
+        TypeError: both were given.
+    """
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise TypeError(f"{where}: give {new}= only ({old}= is its old name)")
+    warnings.warn(
+        f"{where}({old}=...) is now {where}({new}=...) (a step's limit is a cap; the old name "
+        "goes in the next release)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return old_value

@@ -15,6 +15,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as lc_tool
 from langchain_core.tools.base import ArgsSchema
 
+from .._core.moved import renamed
 from .._core.rules import StepRule
 from .._core.validate import check_limit, check_mapping, show
 from .._retry.retry import RetryOn
@@ -47,6 +48,7 @@ def _make(inner: BaseTool, options: ToolOptions) -> DeadlineTool:
 def deadline_tool(
     name_or_callable: Callable[..., Any] | BaseTool,
     *,
+    cap: float | StepRule | None = None,
     timeout: float | StepRule | None = None,
     min_viable: float | StepRule = 0.0,
     read_only: bool = False,
@@ -74,6 +76,7 @@ def deadline_tool(
     name_or_callable: str,
     runnable: Runnable[Any, Any],
     *,
+    cap: float | StepRule | None = None,
     timeout: float | StepRule | None = None,
     min_viable: float | StepRule = 0.0,
     read_only: bool = False,
@@ -100,6 +103,7 @@ def deadline_tool(
 def deadline_tool(
     name_or_callable: str | None = None,
     *,
+    cap: float | StepRule | None = None,
     timeout: float | StepRule | None = None,
     min_viable: float | StepRule = 0.0,
     read_only: bool = False,
@@ -126,6 +130,7 @@ def deadline_tool(
     name_or_callable: str | Callable[..., Any] | BaseTool | None = None,
     runnable: Runnable[Any, Any] | None = None,
     *,
+    cap: float | StepRule | None = None,
     timeout: float | StepRule | None = None,
     min_viable: float | StepRule = 0.0,
     read_only: bool = False,
@@ -151,11 +156,11 @@ def deadline_tool(
     Every form and option of `@tool` (`@deadline_tool`, `@deadline_tool("name")`,
     `deadline_tool("name", runnable)`, `description=`, `args_schema=`, `extras=`, ...) builds the
     same tool `@tool` would (same name, schemas, `extras`, error handling, `ToolMessage`s), plus
-    the deadline options: `@deadline_tool(timeout=5.0, read_only=True, cache=InMemoryStaleCache())`.
-    `deadline_tool(existing_tool, timeout=...)` wraps any `BaseTool` (an MCP tool, a toolkit's),
+    the deadline options: `@deadline_tool(cap=5.0, read_only=True, cache=InMemoryStaleCache())`.
+    `deadline_tool(existing_tool, cap=...)` wraps any `BaseTool` (an MCP tool, a toolkit's),
     keeping all of it.
 
-    Each call gets `min(timeout, remaining - reserve)`. Below `min_viable` it is not called
+    Each call gets `min(cap, remaining - reserve)`. Below `min_viable` it is not called
     and answers "skipped". Past its budget it is cancelled (a sync tool is abandoned: its thread
     cannot be stopped) and answers, in words the model can act on, that it timed out; with
     `read_only=True` and a `cache`, the last good answer for the same arguments and namespace is
@@ -165,7 +170,8 @@ def deadline_tool(
     of them nothing is cached, which the tool says once with a `UserWarning` (docs/howto/tools.md,
     "Cache tenancy"). `message` overrides the text (a format string with `{tool}`,
     `{seconds}`, `{status}`, `{remaining}`, or a function of `ToolTimeout`).
-    `timeout` and `min_viable` may be `learned(book, cap=5.0)` (docs/howto/learned-budgets.md).
+    `cap` and `min_viable` may be `learned(book, cap=5.0)` (docs/howto/learned-budgets.md).
+    `timeout=` is the old name of `cap=` (a DeprecationWarning; it goes in the next release).
 
     `retry_on` (as in `retry(on=...)`) retries failed attempts up to `attempts` times, inside
     the same budget: no attempt or backoff starts that cannot fit. A `side_effect=True` tool
@@ -174,14 +180,14 @@ def deadline_tool(
     `config["metadata"]["idempotency_key"]`); its record says whether a side effect started.
 
     Raises:
-        ValueError, TypeError: bad numbers, `min_viable` above `timeout`, a flag that is not a
-            bool, a `message` format string with a placeholder it cannot fill, a cache or a
-            `hedge` on a tool that is not read-only, a `hedge` on a sync tool, `@tool` options
-            given with an existing tool (set them on that tool), and whatever `@tool` raises for
-            the same arguments.
+        ValueError, TypeError: bad numbers, `min_viable` above `cap`, both `cap` and `timeout`,
+            a flag that is not a bool, a `message` format string with a placeholder it cannot
+            fill, a cache or a `hedge` on a tool that is not read-only, a `hedge` on a sync
+            tool, `@tool` options given with an existing tool (set them on that tool), and
+            whatever `@tool` raises for the same arguments.
     """
     options = ToolOptions(
-        timeout=timeout,
+        timeout=renamed("deadline_tool", "timeout", "cap", timeout, cap),
         min_viable=min_viable,
         read_only=read_only,
         side_effect=side_effect,
@@ -257,6 +263,7 @@ def deadline_tools(
     tools: Sequence[BaseTool | Callable[..., Any]],
     *,
     caps: Mapping[str, float | StepRule | None] | None = None,
+    default_cap: float | StepRule | None = None,
     default: float | StepRule | None = None,
     read_only: Sequence[str] = (),
     cache: StaleCache | None = None,
@@ -264,21 +271,22 @@ def deadline_tools(
     hedge: Hedge | None = None,
 ) -> list[DeadlineTool]:
     """Wrap several tools from one table of caps: `{"search_docs": 5, "get_order": 3}` plus a
-    `default` for the rest (any may be `learned(book, ...)`, learned per tool name); the tools
+    `default_cap` for the rest (`default=` is its old name, with a DeprecationWarning); any
+    may be `learned(book, ...)`, learned per tool name. The tools
     named in `read_only` share `cache` for stale answers,
     kept apart by `cache_namespace` (as in `deadline_tool`: by default the authenticated user,
     else the config's `user_id`, else its `thread_id`), and are hedged by `hedge` (each tool
     with a hedge budget of its own).
 
-    Every argument is checked, and named as written (`default`, `caps['f']`), even when
+    Every argument is checked, and named as written (`default_cap`, `caps['f']`), even when
     `tools` is empty: a table that is wrong for no tool today is wrong for the next one.
 
     Raises:
         ValueError: `caps` or `read_only` names a tool that is not in `tools`; a cap or
-            `default` that is not a duration (negative, NaN, infinite); a `hedge` with no
+            `default_cap` that is not a duration (negative, NaN, infinite); a `hedge` with no
             tool named in `read_only`, or for one that is sync.
         TypeError: `tools` is not a list of tools or functions; `caps` is not a mapping;
-            `read_only` is a single string; a cap, `default`, `cache` or `cache_namespace`
+            `read_only` is a single string; a cap, `default_cap`, `cache` or `cache_namespace`
             of the wrong type.
     """
     if isinstance(tools, str | BaseTool) or not isinstance(tools, Iterable):
@@ -291,7 +299,10 @@ def deadline_tools(
             raise TypeError(
                 f"tools[{i}] must be a tool or a function, got {type(t).__name__}: {show(t)}"
             )
-    default = check_limit(default, "default")
+    default = check_limit(
+        renamed("deadline_tools", "default", "default_cap", default, default_cap),
+        "default_cap" if default is None else "default",
+    )
     caps = {
         name: check_limit(value, f"caps[{name!r}]")
         for name, value in check_mapping(caps, "caps").items()
