@@ -118,6 +118,7 @@ def step_fields(event: StepEvent) -> dict[str, Field]:
         "note": r.note,  # a learned refusal, in numbers
         "hedges": r.hedges,
         "winner": r.winner,
+        "held_ms": r.held_ms,  # kept back for the steps that follow
     }
 
 

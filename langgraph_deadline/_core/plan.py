@@ -108,6 +108,7 @@ class Plan(NamedTuple):
             cancel_source=cancel_source,
             started_at=self.started_at,
             note=self.note,
+            held_ms=_ms(self.held) if self.held else None,
         )
 
 

@@ -78,6 +78,8 @@ class StepRecord:
     # or which model a fallback model call stood in for
     hedges: int = 0  # extra identical copies started (a hedged read-only tool call)
     winner: int | None = None  # which copy answered a hedged call (0: the first); None: none
+    held_ms: float | None = None  # kept back from its budget for the steps that follow (`note`
+    # names them); None when nothing was
 
     def ran_out_reason(self) -> str:
         """Why this step ended the run, in words a caller or a log reader can act on."""

@@ -11,7 +11,7 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 
-from .._core.rules import StepRule
+from .._core.rules import StepRule, Timings
 from .._core.validate import (
     check_cap,
     check_fits,
@@ -21,6 +21,7 @@ from .._core.validate import (
     check_viable,
     floor_of,
 )
+from .following import found_book, keeping_back, paths_after
 from .functional import DeadlineEntrypoint, is_entrypoint, wrap_entrypoint
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
@@ -47,6 +48,8 @@ def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a P
     closing_message: bool = True,
     partial_answer: bool = True,
     queue_time: float | None = None,
+    book: Timings | None = None,
+    keep_back: bool = True,
 ) -> DeadlineGraph: ...
 
 
@@ -64,6 +67,8 @@ def with_deadlines(
     closing_message: bool = True,
     partial_answer: bool = True,
     queue_time: float | None = None,
+    book: Timings | None = None,
+    keep_back: bool = True,
 ) -> DeadlineEntrypoint: ...
 
 
@@ -80,6 +85,8 @@ def with_deadlines(
     closing_message: bool = True,
     partial_answer: bool = True,
     queue_time: float | None = None,
+    book: Timings | None = None,
+    keep_back: bool = True,
 ) -> DeadlineGraph | DeadlineEntrypoint:
     """Compile `graph` (a `StateGraph` builder, a compiled graph or an `@entrypoint`, left
     untouched) with every node budgeted and one deadline per run.
@@ -110,6 +117,12 @@ def with_deadlines(
 
     `caps` and `min_viable` take learned values too (`learned(book, ...)`: a cap from what the
     node really takes, never above yours or `default_cap`; docs/howto/learned-budgets.md).
+    With a latency `book` (given here, or the book of any learned value in `caps` or
+    `min_viable`), each node keeps back, from a budget the deadline sets, the time of what can
+    still run after it on the way to END (read from the graph's edges once, here): each later
+    node's learned p95 (its `min_viable` while the book is cold) and the hand-off between
+    steps, over the longest path; never more than leaves the node its own learned median.
+    `keep_back=False` turns that off.
 
     Served by LangGraph Server, a run also honours the deadline headers of its request, which
     the server puts in `config["configurable"]` (`x-request-timeout-ms`, `x-request-deadline`,
@@ -138,6 +151,10 @@ def with_deadlines(
         raise TypeError(f"closing_message must be a bool, got {closing_message!r}")
     if not isinstance(partial_answer, bool):
         raise TypeError(f"partial_answer must be a bool, got {partial_answer!r}")
+    if not isinstance(keep_back, bool):
+        raise TypeError(f"keep_back must be a bool, got {keep_back!r}")
+    if book is not None and not callable(getattr(book, "seconds_at", None)):
+        raise TypeError(f"book must be a LatencyBook, got {type(book).__name__}")
     timeout_s = check_cap(timeout, "timeout")
     reserve_s = check_seconds(reserve, "reserve")
     queue_s = check_cap(queue_time, "queue_time")
@@ -201,6 +218,13 @@ def with_deadlines(
         reserve=reserve_s,
         needs={f"min_viable[{node!r}]": floor_of(need) + reserve_s for node, need in mins.items()},
     )
+    node_caps = {name: caps.get(name, default_cap_s) for name in builder.nodes}
+    book = book or found_book(caps, mins)
+    if book is not None and keep_back:
+        floors = {node: floor_of(need) for node, need in mins.items()}
+        paths = paths_after(builder)
+        for name, cap in node_caps.items():
+            node_caps[name] = keeping_back(cap, paths.get(name, ()), book, floors)
 
     wrapped = copy.copy(builder)
     wrapped.nodes = {
@@ -212,7 +236,7 @@ def with_deadlines(
                 spec.runnable,
                 name,
                 NodeSettings(
-                    cap=caps.get(name, default_cap_s),
+                    cap=node_caps[name],
                     min_viable=mins.get(name, 0.0),
                     retry=spec.retry_policy,
                 ),
