@@ -136,6 +136,8 @@ def finish(
         value = plain_input(result.value)  # a node may bring the deadline forward, as plain data
         return with_trace(value, [*children, result.record]) if has_fields(state) else value
     if status.cut:
+        if settings.optional and result.record.cancel_source == "step_cap":
+            return dropped(state, result.record, children, finished)
         return ended(state, result, run, children, finished=finished)
     err = result.error
     assert err is not None
@@ -144,6 +146,22 @@ def finish(
     if (why := _retry_would_not_fit(err, plan, settings, run)) is not None:
         return ended(state, result, run, children, why, finished)
     raise err
+
+
+def dropped(
+    state: Any,
+    record: StepRecord,
+    children: Sequence[StepRecord],
+    finished: Mapping[str, ToolMessage] | None,
+) -> Any:
+    """An optional node cut at its own budget: no update of its own (the open tool calls it was
+    answering get their answers), its record in the trace, and the run goes on."""
+    update: dict[str, Any] = {}
+    if calls := open_tool_calls(state):
+        update["messages"] = close_pending(calls, record, finished)
+    if has_fields(state):
+        update["deadline_trace"] = [*children, record]
+    return update or None
 
 
 def finish_unbounded(state: Any, value: Any, children: list[StepRecord]) -> Any:

@@ -16,13 +16,15 @@ class NodeSettings:
 
     `cap` and `min_viable` may be learned (`StepRule`s, asked when each run is planned).
     `reserve` None holds back the run's reserve; `retry` is the node's LangGraph `RetryPolicy`
-    (one, a sequence, or None), so that a retry whose backoff cannot fit is not waited for.
+    (one, a sequence, or None), so that a retry whose backoff cannot fit is not waited for;
+    `optional`: cut at its own budget, the node writes no update and the run goes on.
     """
 
     cap: float | StepRule | None = None
     min_viable: float | StepRule = 0.0
     reserve: float | None = None
     retry: Any = None  # RetryPolicy | Sequence[RetryPolicy] | None
+    optional: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

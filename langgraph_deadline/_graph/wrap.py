@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, overload
 
 from langgraph.graph import StateGraph
@@ -50,6 +50,7 @@ def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a P
     queue_time: float | None = None,
     book: Timings | None = None,
     keep_back: bool = True,
+    optional: Collection[str] = (),
 ) -> DeadlineGraph: ...
 
 
@@ -69,6 +70,7 @@ def with_deadlines(
     queue_time: float | None = None,
     book: Timings | None = None,
     keep_back: bool = True,
+    optional: Collection[str] = (),
 ) -> DeadlineEntrypoint: ...
 
 
@@ -87,6 +89,7 @@ def with_deadlines(
     queue_time: float | None = None,
     book: Timings | None = None,
     keep_back: bool = True,
+    optional: Collection[str] = (),
 ) -> DeadlineGraph | DeadlineEntrypoint:
     """Compile `graph` (a `StateGraph` builder, a compiled graph or an `@entrypoint`, left
     untouched) with every node budgeted and one deadline per run.
@@ -124,6 +127,11 @@ def with_deadlines(
     steps, over the longest path; never more than leaves the node its own learned median.
     `keep_back=False` turns that off.
 
+    `optional` names nodes the run can do without (a slow branch): one cut at its own budget
+    (its cap, or the time it keeps back for what follows) writes no update, its record says
+    `timed_out`, and the graph goes on with what the other nodes gave. Cut by the run's
+    deadline, it ends the run as any node does.
+
     Served by LangGraph Server, a run also honours the deadline headers of its request, which
     the server puts in `config["configurable"]` (`x-request-timeout-ms`, `x-request-deadline`,
     `grpc-timeout`; with `configurable_headers` in `langgraph.json`), never later than `timeout`.
@@ -140,8 +148,8 @@ def with_deadlines(
     is the entrypoint's argument, never read for a deadline (docs/howto/wrap-a-graph.md).
 
     Raises:
-        ValueError: a name in `caps` or `min_viable` is not a node (task names, known only
-            once called, are not checked); a bad number; settings that cannot fit
+        ValueError: a name in `caps`, `min_viable` or `optional` is not a node (task names,
+            known only once called, are not checked); a bad number; settings that cannot fit
             (`reserve >= timeout`, a `min_viable` above `timeout` less `reserve`); a
             state field named `deadline` that is not the run's deadline (a due date of your own).
         TypeError: `graph` is not a `StateGraph`, a compiled one or an `@entrypoint`; `caps` or
@@ -202,7 +210,10 @@ def with_deadlines(
         compile_kwargs["store"] = store
 
     _check_deadline_field(builder)
-    for table, label in ((caps, "caps"), (mins, "min_viable")):
+    if isinstance(optional, str) or not all(isinstance(n, str) for n in optional):
+        raise TypeError(f"optional must be a collection of node names, got {optional!r}")
+    dropped = set(optional)
+    for table, label in ((caps, "caps"), (mins, "min_viable"), (dropped, "optional")):
         unknown = sorted(set(table) - set(builder.nodes))
         if unknown:
             raise ValueError(
@@ -239,8 +250,9 @@ def with_deadlines(
                     cap=node_caps[name],
                     min_viable=mins.get(name, 0.0),
                     retry=spec.retry_policy,
+                    optional=name in dropped,
                 ),
-                explicit=name in caps or name in mins,
+                explicit=name in caps or name in mins or name in dropped,
             ),
         )
         for name, spec in builder.nodes.items()

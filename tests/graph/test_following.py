@@ -271,3 +271,58 @@ async def test_create_agents_tool_call_is_cut_to_leave_the_model_its_time(
     assert (call.status, call.cancel_source) == (StepStatus.TIMED_OUT, "step_cap")
     assert call.held_ms is not None and call.held_ms >= 1000.0
     assert "for model" in (call.note or "")
+
+
+# -- an optional node: dropped at its own budget, the run goes on -----------------------------
+
+
+@pytest.mark.anyio
+async def test_an_optional_branch_cut_at_its_cap_lets_the_join_run() -> None:
+    graph = with_deadlines(
+        _fan_out(slow=5.0),
+        timeout=TIMEOUT,
+        caps={"c": 0.3},
+        optional={"c"},
+        checkpointer=InMemorySaver(),
+    )
+    t0 = time.monotonic()
+    out = await graph.ainvoke({}, {"configurable": {"thread_id": "o1"}})
+    took = time.monotonic() - t0
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+    assert sorted(out["done"]) == ["a", "answer", "b", "plan"]  # c wrote nothing
+    cut = _by_name(out["deadline_trace"])["c"]
+    assert (cut.status, cut.cancel_source, cut.allocated_ms) == (
+        StepStatus.TIMED_OUT,
+        "step_cap",
+        300.0,
+    )
+    assert took < 0.3 + 1.0
+
+
+@pytest.mark.anyio
+async def test_an_optional_branch_cut_where_the_answer_must_start_leaves_it_its_time() -> None:
+    book = _warm_book()
+    graph = with_deadlines(_fan_out(slow=5.0), timeout=TIMEOUT, book=book, optional={"c"})
+    t0 = time.monotonic()
+    out = await graph.ainvoke({})
+    took = time.monotonic() - t0
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+    assert "answer" in out["done"] and "c" not in out["done"]
+    cut = _by_name(out["deadline_trace"])["c"]
+    assert (cut.status, cut.held_ms) == (StepStatus.TIMED_OUT, _kept(book))
+    assert took < TIMEOUT
+
+
+@pytest.mark.anyio
+async def test_a_node_not_marked_optional_still_ends_the_run_at_its_cap() -> None:
+    graph = with_deadlines(_fan_out(slow=5.0), timeout=TIMEOUT, caps={"c": 0.3})
+    out = await graph.ainvoke({})
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert "answer" not in out.get("done", [])
+
+
+def test_optional_names_nodes() -> None:
+    with pytest.raises(ValueError, match="optional names unknown nodes"):
+        with_deadlines(_fan_out(), timeout=TIMEOUT, optional={"nope"})
+    with pytest.raises(TypeError, match="optional must be a collection of node names"):
+        with_deadlines(_fan_out(), timeout=TIMEOUT, optional="c")
