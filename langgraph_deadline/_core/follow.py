@@ -24,7 +24,12 @@ FOLLOW_QUANTILE: Final = 0.95
 a few per cent of stragglers the p99 is a straggler, and keeping that back starves this step
 (docs/benchmarks.md, "Learned budgets")."""
 FOLLOW_MIN_SAMPLES: Final = 20
-"""Below this many samples of a later step, its `min_viable` (0 unless given) is kept back."""
+"""Below this many samples of a later step, its learned quantile is not trusted: one straggler
+among a few samples is their p95. From `_FIRST` samples on, twice their median is kept back
+instead (one straggler does not move a median); below that, the step's `min_viable` (0 unless
+given)."""
+_FIRST: Final = 3
+_COLD_FACTOR: Final = 2.0  # a lognormal step with sigma 0.4 has its p95 at 1.9 x its median
 HANDOFF_BETWEEN: Final = 0.025
 """Seconds from one step's end to the next one's start in the same run (LangGraph's superstep,
 the checkpoint write, the event loop's queue): measured from the step records of
@@ -38,7 +43,7 @@ class _Priced:
     count: int  # the samples the price was worked out from
     seconds: float  # the costliest path's time
     path: tuple[str, ...]  # that path
-    own: dict[tuple[str, str], tuple[int, float]]  # (kind, name): (count, learned median)
+    own: dict[tuple[str, str], tuple[int, float]]  # (kind, name): (count, its own time)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -46,9 +51,12 @@ class Following(StepRule):
     """A step's own cap (`inner`: a number, a rule or None), keeping back the time of the
     costliest of `paths` (node names) when its budget leaves room for it.
 
-    Room: what stays leaves the step at least its own learned median (else it takes the whole
-    budget: it runs now, and what follows gets what it leaves). A rule `inner` with a `then=`
-    of its own keeps back the larger of the two."""
+    Room: what stays leaves the step its own learned high quantile. Else the step itself is
+    not cut for what follows (cut there, most of its runs would end the run), but the steps
+    inside it are (`keep_back_inside`: a tool call answers with a timeout message, and the
+    node returns in time). `inner` gives
+    the cap only (a `learned(..., then=[...])` cap is never wrapped: its steps are the user's
+    word)."""
 
     inner: float | StepRule | None
     paths: tuple[tuple[str, ...], ...]
@@ -77,19 +85,22 @@ class Following(StepRule):
         return inner.min_viable(kind, name) if isinstance(inner, StepRule) else 0.0
 
     def keep_back(self, kind: str, name: str, budget: float) -> float:
-        inner = self.inner
-        theirs = inner.keep_back(kind, name, budget) if isinstance(inner, StepRule) else 0.0
+        """The costliest path's time, when what stays leaves this step its own learned high
+        quantile (else 0: cut for what follows, it would end the run in its own usual time)."""
         priced = self._price()
         after = priced.seconds
-        if after <= theirs or budget - after < self._typical(priced, kind, name):
-            return theirs
+        if after <= 0.0 or budget - after < self._own(priced, kind, name):
+            return 0.0
         return after
+
+    def keep_back_inside(self, kind: str, name: str, budget: float) -> float:
+        """The costliest path's time, for the steps inside this one, when it leaves them some:
+        a tool call cut there answers with a timeout message, and the node returns in time."""
+        after = self._price().seconds
+        return after if 0.0 < after < budget - self.handoff else 0.0
 
     def held_for(self, held: float) -> str:
         priced = self._price()
-        inner = self.inner
-        if isinstance(inner, StepRule) and held != priced.seconds:
-            return inner.held_for(held)
         return (
             f"kept back {held:.2f} s for {' -> '.join(priced.path)} "
             f"(p{self.quantile * 100:g}, with hand-offs)"
@@ -129,24 +140,33 @@ class Following(StepRule):
         return priced
 
     def _step(self, name: str) -> float:
-        """One later step's time: its learned quantile once warm, else its min_viable; and the
-        hand-off to it."""
+        """One later step's time: its learned quantile once warm (twice its median while it has
+        a few samples), never below its min_viable; and the hand-off to it."""
         book = self.book
-        if book.count(name, "node") >= max(1, self.min_samples):
+        count = book.count(name, "node")
+        if count >= max(_FIRST, self.min_samples):
             seconds = book.seconds_at(name, "node", self.quantile)
-            if seconds is not None:
-                return seconds + self.handoff
-        return self.floors.get(name, 0.0) + self.handoff
+        elif count >= _FIRST:
+            median = book.seconds_at(name, "node", 0.5)
+            seconds = None if median is None else median * _COLD_FACTOR
+        else:
+            seconds = None
+        floor = self.floors.get(name, 0.0)
+        return max(floor, seconds or 0.0) + self.handoff
 
-    def _typical(self, priced: _Priced, kind: str, name: str) -> float:
-        """This step's own learned median (0 while cold), kept until its samples grow by 1/16."""
+    def _own(self, priced: _Priced, kind: str, name: str) -> float:
+        """This step's own learned `quantile` (twice its median from a few samples; 0 below),
+        kept until its samples grow by 1/16."""
         book = self.book
         count = book.count(name, kind)
-        if count < max(1, self.min_samples):
+        if count < _FIRST:
             return 0.0
         kept = priced.own.get((kind, name))
         if kept is not None and count < kept[0] + max(1, kept[0] // _REFRESH):
             return kept[1]
-        median = book.seconds_at(name, kind, 0.5) or 0.0
-        priced.own[(kind, name)] = (count, median)
-        return median
+        if count >= self.min_samples:
+            seconds = book.seconds_at(name, kind, self.quantile) or 0.0
+        else:
+            seconds = (book.seconds_at(name, kind, 0.5) or 0.0) * _COLD_FACTOR
+        priced.own[(kind, name)] = (count, seconds)
+        return seconds

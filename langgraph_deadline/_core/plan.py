@@ -26,6 +26,7 @@ from .clock import SYSTEM_CLOCK
 from .context import current_deadline
 from .cut import GRACE, Cut, Due
 from .deadline import Deadline
+from .follow import HANDOFF_BETWEEN
 from .observe import emit_step
 from .records import Outcome, StepKind, StepRecord, StepStatus
 from .rules import StepRule
@@ -66,6 +67,10 @@ class Plan(NamedTuple):
     ends: Deadline | None = None  # the step's own deadline: `budget` from `started`
     note: str | None = None  # for its record: a learned refusal's numbers, a fallback's cause
     held: float = 0.0  # seconds kept back for the steps that follow, when that set the budget
+    inside: Deadline | None = None  # the deadline its own steps see, when before `ends`: with
+    # time kept back, they end a hand-off before it, so that it returns what they gave in time
+    within: float = 0.0  # seconds kept back by its steps only (the step itself is not cut
+    # for them: `StepRule.keep_back_inside`)
 
     @property
     def skip(self) -> bool:
@@ -108,7 +113,7 @@ class Plan(NamedTuple):
             cancel_source=cancel_source,
             started_at=self.started_at,
             note=self.note,
-            held_ms=_ms(self.held) if self.held else None,
+            held_ms=_ms(self.held or self.within) or None,
         )
 
 
@@ -242,7 +247,8 @@ def plan_step(
     always starts), and the time to keep back for the steps named to follow it.
     """
     rule = viable = None
-    held = 0.0
+    held = within = 0.0
+    inside = None
     if isinstance(cap, StepRule):
         rule = cap
         cap = rule.cap(kind, name)
@@ -281,9 +287,11 @@ def plan_step(
         assert budget is not None
         if rule is not None and (held := rule.keep_back(kind, name, budget)) > 0.0:
             budget, shared = budget - held, False
+        elif rule is not None:
+            within = rule.keep_back_inside(kind, name, budget)
         # A clamped step ends HANDOFF before the enclosing deadline; one its cap set does not.
         if cap is not None and cap <= budget:
-            budget, shared, held = cap, False, 0.0
+            budget, shared, held, within = cap, False, 0.0, 0.0
         else:
             budget = max(0.0, budget - HANDOFF)
         if shared and budget > 0.0:
@@ -291,12 +299,16 @@ def plan_step(
             ends = run_step_end(run)
         else:
             ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
+        if held > 0.0 and budget > HANDOFF_BETWEEN:
+            inside = ends._moved(-HANDOFF_BETWEEN)
+        elif within > 0.0:
+            inside = ends._moved(-(within + HANDOFF_BETWEEN))
     note = None
     if viable is not None and budget is not None and 0.0 < budget < min_viable:
         note = viable.refusal(kind, name, budget)
-    elif held > 0.0:
+    elif held > 0.0 or within > 0.0:
         assert rule is not None
-        note = rule.held_for(held)
+        note = rule.held_for(held) if held > 0.0 else rule.held_for(within) + ", by its steps"
     return Plan(
         name=name,
         kind=kind,
@@ -312,6 +324,8 @@ def plan_step(
         ends=ends,
         note=note,
         held=held,
+        inside=inside,
+        within=within,
     )
 
 

@@ -63,6 +63,11 @@ class StepRule:
         must still run after it; 0 when none are named or there is no room."""
         raise NotImplementedError
 
+    def keep_back_inside(self, kind: str, name: str, budget: float) -> float:
+        """Seconds the steps inside this one (its tool calls, model calls, requests) keep back
+        for the steps after it, when `keep_back` keeps none from the step itself; 0: none."""
+        return 0.0
+
     def held_for(self, held: float) -> str:
         """What `held` seconds were kept back for (for the step's record): the steps named."""
         raise NotImplementedError

@@ -155,7 +155,13 @@ def dropped(
     finished: Mapping[str, ToolMessage] | None,
 ) -> Any:
     """An optional node cut at its own budget: no update of its own (the open tool calls it was
-    answering get their answers), its record in the trace, and the run goes on."""
+    answering get their answers), its record in the trace, and the run goes on. A `@task`
+    (no state) raises `DeadlineExceeded` to the code that awaits it, which decides: caught, the
+    run goes on; not caught, it ends the entrypoint's run as a cut does."""
+    if state is None:
+        reason = record.ran_out_reason()
+        outcome = Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step=record.name, reason=reason)
+        raise DeadlineExceeded(reason, step=record.name, outcome=outcome)
     update: dict[str, Any] = {}
     if calls := open_tool_calls(state):
         update["messages"] = close_pending(calls, record, finished)

@@ -143,8 +143,10 @@ def with_deadlines(
     An `@entrypoint` (Functional API) gives a `DeadlineEntrypoint`: the entrypoint and each
     `@task` call are steps, `caps` and `min_viable` by task name (or the entrypoint's),
     `default_cap` for tasks. With time to spare it returns what the entrypoint returns; a run
-    that ends early raises `DeadlineExceeded` (`.state` None). A cut task is not saved as
-    finished: `Command(update=deadline_input(s))` runs only the unfinished tasks again. Its input
+    that ends early raises `DeadlineExceeded` (`.state` None). A task cut at its cap raises
+    `DeadlineExceeded` where it is awaited: an entrypoint that catches it and returns completes.
+    A cut task is not saved as finished: `Command(update=deadline_input(s))` runs only the
+    unfinished tasks again. Its input
     is the entrypoint's argument, never read for a deadline (docs/howto/wrap-a-graph.md).
 
     Raises:

@@ -15,14 +15,17 @@ from langchain.agents import AgentState, create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_deadline import (
+    DeadlineExceeded,
     DeadlineState,
     LatencyBook,
     StepRecord,
     StepStatus,
     Terminal,
+    deadline_tools,
     learned,
     with_deadlines,
 )
@@ -326,3 +329,98 @@ def test_optional_names_nodes() -> None:
         with_deadlines(_fan_out(), timeout=TIMEOUT, optional={"nope"})
     with pytest.raises(TypeError, match="optional must be a collection of node names"):
         with_deadlines(_fan_out(), timeout=TIMEOUT, optional="c")
+
+
+# -- a node that needs its own time: the steps inside it keep the time back --------------------
+
+
+@pytest.mark.anyio
+async def test_a_node_whose_own_time_would_not_fit_has_its_tool_calls_keep_the_time_back(
+    slow_server: SlowServer,
+) -> None:
+    @tool
+    async def lookup(q: str) -> str:
+        """A lookup that hangs."""
+        async with httpx.AsyncClient() as client:
+            r = await client.get(slow_server.url("/slow"), params={"delay": "30"})
+        return r.text
+
+    tools = deadline_tools([lookup])
+
+    async def gather(state: S) -> dict[str, Any]:
+        call = {"type": "tool_call", "id": "1", "name": "lookup", "args": {"q": "x"}}
+        reply = await tools[0].ainvoke(call)
+        return {"done": [f"gather:{reply.status}"]}
+
+    b = StateGraph(S)
+    b.add_node("gather", gather)
+    b.add_node("answer", _node("answer", 0.05))
+    b.add_edge(START, "gather")
+    b.add_edge("gather", "answer")
+    b.add_edge("answer", END)
+    book = _warm_book()
+    for _ in range(40):
+        book.record("node", "gather", TIMEOUT)  # it usually takes all the run has
+    graph = with_deadlines(b, timeout=TIMEOUT, book=book)
+    t0 = time.monotonic()
+    out = await graph.ainvoke({})
+    took = time.monotonic() - t0
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+    assert out["done"] == ["gather:error", "answer"]  # the call answered with a timeout
+    gather_rec = _by_name(out["deadline_trace"])["gather"]
+    assert gather_rec.held_ms == _kept(book)
+    assert (gather_rec.note or "").endswith("for answer (p95, with hand-offs), by its steps")
+    call = _by_name(out["deadline_trace"])["lookup"]
+    assert (call.status, call.clamped) == (StepStatus.TIMED_OUT, True)
+    assert took < TIMEOUT
+
+
+# -- the Functional API: an entrypoint decides what a cut task costs it -----------------------
+
+
+@task
+async def _quick(x: int) -> int:
+    await asyncio.sleep(0.02)
+    return x
+
+
+@task
+async def _hangs(x: int) -> int:
+    await asyncio.sleep(30.0)
+    return x
+
+
+@pytest.mark.anyio
+async def test_an_entrypoint_that_catches_a_cut_task_completes_with_its_return_value(
+    steps: list[StepRecord],
+) -> None:
+    @entrypoint(checkpointer=InMemorySaver())
+    async def main(x: int) -> dict[str, Any]:
+        quick, slow = _quick(x), _hangs(x)  # in parallel
+        got: dict[str, Any] = {"quick": await quick}
+        try:
+            got["slow"] = await slow
+        except DeadlineExceeded as exc:
+            got["slow"] = f"skipped: {exc.outcome.step if exc.outcome else None}"
+        return got
+
+    graph = with_deadlines(main, timeout=TIMEOUT, caps={"_hangs": 0.3})
+    t0 = time.monotonic()
+    out = await graph.ainvoke(7, {"configurable": {"thread_id": "e1"}})
+    assert time.monotonic() - t0 < 0.3 + 1.0
+    assert out == {"quick": 7, "slow": "skipped: _hangs"}
+    cut = [r for r in steps if r.name == "_hangs"]
+    assert [(r.status, r.cancel_source) for r in cut] == [(StepStatus.TIMED_OUT, "step_cap")]
+    assert [r.status for r in steps if r.name == "main"] == [StepStatus.COMPLETED]
+
+
+@pytest.mark.anyio
+async def test_an_entrypoint_that_lets_a_cut_task_raise_still_ends_in_deadline_exceeded() -> None:
+    @entrypoint(checkpointer=InMemorySaver())
+    async def main(x: int) -> int:
+        return await _quick(x) + await _hangs(x)
+
+    graph = with_deadlines(main, timeout=TIMEOUT, caps={"_hangs": 0.3})
+    with pytest.raises(DeadlineExceeded) as caught:
+        await graph.ainvoke(7, {"configurable": {"thread_id": "e2"}})
+    assert caught.value.outcome is not None and caught.value.outcome.step == "_hangs"
