@@ -29,7 +29,7 @@ from .deadline import Deadline
 from .follow import HANDOFF_BETWEEN
 from .observe import emit_step
 from .records import Outcome, StepKind, StepRecord, StepStatus
-from .rules import StepRule
+from .rules import StepRule, Timings
 
 __all__ = [
     "HANDOFF",
@@ -161,6 +161,7 @@ class RunTracker:
     alarm: RunAlarm | None = None
     # Failed attempts so far per task of the framework's that retries them (made on first use).
     failures: dict[str, int] | None = None
+    book: Timings | None = None  # the latency book attached to the run (`with_deadlines(book=)`)
 
     def close_alarm(self) -> None:
         """The run is over: its nodes' shared timer goes."""

@@ -132,6 +132,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if settings.has_fields and isinstance(input, Mapping):  # a new run's input
             input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
         run = RunTracker(deadline=d, reserve=settings.reserve, resumable=saved(self, cfg))
+        run.book = settings.book
         run.keep_partial = (
             settings.partial_answer and settings.closing_message and settings.reserve > 0
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._core.rules import StepRule
+from .._core.rules import StepRule, Timings
 
 __all__ = ["GraphSettings", "NodeSettings"]
 
@@ -46,3 +46,4 @@ class GraphSettings:
     has_state: bool = True
     queue_time: float | None = None
     guarded_retries: bool = False  # a node has a RetryPolicy: runs put themselves in context
+    book: Timings | None = None  # attached to each run: its model calls' learned output rate

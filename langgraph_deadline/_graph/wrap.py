@@ -124,8 +124,10 @@ def with_deadlines(
     `min_viable`), each node keeps back, from a budget the deadline sets, the time of what can
     still run after it on the way to END (read from the graph's edges once, here): each later
     node's learned p95 (its `min_viable` while the book is cold) and the hand-off between
-    steps, over the longest path; never more than leaves the node its own learned median.
-    `keep_back=False` turns that off.
+    steps, over the longest path, when that leaves the node its own learned p95 (else the
+    steps inside it keep it back); and a `budgeted_model` call without `tokens_per_second`
+    gets the `max_tokens` its learned output rate fits in its budget. `keep_back=False` turns
+    both off.
 
     `optional` names nodes the run can do without (a slow branch): one cut at its own budget
     (its cap, or the time it keeps back for what follows) writes no update, its record says
@@ -273,6 +275,7 @@ def with_deadlines(
         partial_answer=partial_answer,
         queue_time=queue_s,
         guarded_retries=guarded,
+        book=book if keep_back else None,
     )
     ours = DeadlineGraph.of(compiled, settings)
     if isinstance(graph, CompiledStateGraph) and graph.config:
