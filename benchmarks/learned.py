@@ -15,13 +15,15 @@ starts from an empty book, with the round caps as its ceiling.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
+import operator
 import random
 import time
 import timeit
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 from langchain_core.messages import ToolMessage
@@ -56,6 +58,8 @@ GRID = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 CONCURRENCY = 10
 OVERHEAD = 0.06  # the framework's and the loopback's own time per run, measured at this load
 WINDOW = 25  # the figure's complete-answer share is over this many runs in a row
+WARMUP = 100  # "after the first 100 runs": the book has heard them
+SEEDS = (7, 8)
 
 
 def _draw(rng: random.Random, median: float, sigma: float) -> float:
@@ -95,12 +99,28 @@ def _oracle(draws: list[dict[str, float]]) -> dict[str, float]:
 
 class _Runs(DeadlineState, total=False):
     i: int
-    answered: int
+    answered: Annotated[int, operator.add]
 
 
-def _graph(server: SlowServer, client: httpx.AsyncClient, draws: Any, caps: Any) -> Any:
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """How a variant's graph is built: its tool caps (on the tools, in one node calling them in
+    parallel) or node caps (each tool a node of its own, in parallel branches); the book
+    attached to the run (`with_deadlines(book=)`), and whether the tool nodes are optional."""
+
+    caps: Any
+    book: LatencyBook | None = None
+    nodes: bool = False
+    optional: bool = False
+
+
+def _graph(server: SlowServer, client: httpx.AsyncClient, draws: Any, shape: Shape) -> Any:
     async def get(delay: float) -> str:
         return (await client.get(server.url(f"/slow?delay={delay:.4f}"))).text
+
+    if shape.nodes:
+        return _node_graph(get, draws, shape)
+    caps = shape.caps
 
     async def search(delay: float) -> str:
         """Search."""
@@ -141,7 +161,38 @@ def _graph(server: SlowServer, client: httpx.AsyncClient, draws: Any, caps: Any)
     b.add_edge("planner", "tools")
     b.add_edge("tools", "answer")
     b.add_edge("answer", END)
-    return with_deadlines(b, timeout=DEADLINE, reserve=RESERVE)
+    return with_deadlines(b, timeout=DEADLINE, reserve=RESERVE, book=shape.book)
+
+
+def _node_graph(get: Callable[[float], Any], draws: Any, shape: Shape) -> Any:
+    """planner -> each tool a node, in parallel -> answer (a join): node caps, the tool
+    nodes optional when `shape.optional`."""
+
+    def step(name: str, counts: bool) -> Any:
+        async def body(state: _Runs) -> dict[str, Any]:
+            await get(draws[state["i"]][name])
+            return {"answered": 1} if counts else {}
+
+        body.__name__ = name
+        return body
+
+    b = StateGraph(_Runs)
+    b.add_node("planner", step("planner", False))
+    b.add_node("answer", step("answer", False))
+    b.add_edge(START, "planner")
+    for tool in TOOLS:
+        b.add_node(tool, step(tool, True))
+        b.add_edge("planner", tool)
+    b.add_edge(list(TOOLS), "answer")
+    b.add_edge("answer", END)
+    return with_deadlines(
+        b,
+        timeout=DEADLINE,
+        reserve=RESERVE,
+        caps=shape.caps,
+        book=shape.book,
+        optional=set(TOOLS) if shape.optional else (),
+    )
 
 
 class _Cuts:
@@ -159,32 +210,45 @@ class _Cuts:
 async def _variant(
     server: SlowServer,
     draws: Any,
-    caps: Any,
+    shape: Shape,
     ok: list[bool],
     after_batch: Callable[[int], None] | None = None,
+    handoffs: list[float] | None = None,
 ) -> dict[str, float]:
-    """Replay `draws` with these caps; `ok[i]`: run i answered completely by its deadline;
-    `after_batch(runs done)` after each batch of runs."""
+    """Replay `draws` with this shape; `ok[i]`: run i answered completely by its deadline;
+    `after_batch(runs done)` after each batch of runs; `handoffs`: each gap between a step's
+    end and the next one's start, in seconds."""
+    warmup = WARMUP if len(draws) > 2 * WARMUP else len(draws) // 3
     cuts = _Cuts()
     saved = get_observers()
     set_observers([cuts])
     complete, answered, late = 0, 0, []
     second_half = 0
+    after_warmup = 0
+    starved = 0
     ok[:] = [False] * len(draws)
     try:
         # No pool limit: a request cut mid-flight may keep its slot in httpx's pool for a
         # while, and a limited pool then stalls every run (measured: whole batches timed out).
         async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None)) as client:
-            graph = _graph(server, client, draws, caps)
+            graph = _graph(server, client, draws, shape)
 
             async def one(i: int) -> None:
-                nonlocal complete, answered, second_half
+                nonlocal complete, answered, second_half, after_warmup, starved
                 out = await graph.ainvoke({"i": i, "answered": 0})
                 late.append(time.time() - out["deadline"])
-                complete += out["deadline_outcome"].ok
-                ok[i] = out["deadline_outcome"].ok
-                second_half += out["deadline_outcome"].ok and i >= len(draws) // 2
+                done = out["deadline_outcome"].ok
+                complete += done
+                ok[i] = done
+                second_half += done and i >= len(draws) // 2
+                after_warmup += done and i >= warmup
                 answered += out.get("answered", 0)
+                trace = out["deadline_trace"]
+                starved += not any(
+                    r.name == "answer" and r.status is StepStatus.COMPLETED for r in trace
+                )
+                if handoffs is not None:
+                    handoffs.extend(_gaps(trace))
 
             for start in range(0, len(draws), CONCURRENCY):
                 await asyncio.gather(*(one(i) for i in range(start, start + CONCURRENCY)))
@@ -196,10 +260,26 @@ async def _variant(
     return {
         "complete": complete / n,
         "complete_late": second_half / (n - n // 2),
+        "complete_warm": after_warmup / max(1, n - warmup),
+        "starved": starved / n,
         "answered": answered / n,
         "cut": cuts.cut / n,
         "late_p99_ms": percentile(late, 99) * 1000,
     }
+
+
+def _gaps(trace: Sequence[StepRecord]) -> list[float]:
+    """Seconds from each node's end to the start of the node that started next after it."""
+    nodes = sorted(
+        (r.started_at, r.started_at + r.elapsed_ms / 1000.0)
+        for r in trace
+        if r.kind == "node" and r.started_at is not None
+    )
+    gaps = []
+    for (_, end), (start, _) in itertools.pairwise(nodes):
+        if start >= end:
+            gaps.append(start - end)
+    return gaps
 
 
 def _recording_cost() -> tuple[float, int]:
@@ -230,67 +310,116 @@ def windows(ok: Sequence[bool], size: int = WINDOW) -> list[tuple[int, float]]:
     ]
 
 
-def run(*, quick: bool = False, plot: Path | None = None) -> Section:
-    runs = 60 if quick else 250
-    draws = _draws(runs, seed=7)
-    oracle = _oracle(_draws(2000, seed=11))
-    variants = {
-        f"round caps ({ROUND_CAP:g} s each)": dict.fromkeys(TOOLS, ROUND_CAP),
-        "oracle: best fixed caps (grid)": oracle,
-    }
-    results: dict[str, dict[str, float]] = {}
-    oks: dict[str, list[bool]] = {}
-    with SlowServer() as server:
-        for label, caps in variants.items():
-            oks[label] = []
-            results[label] = asyncio.run(_variant(server, draws, caps, oks[label]))
-        book = LatencyBook()  # made now: it hears only the learned variant's own runs
+ROUND = "round caps (1 s each tool)"
+ORACLE = "oracle: best fixed caps (grid)"
+THEN = "learned caps, then= written by hand"
+DEFAULTS = "defaults: an empty book attached"
+NODE_ROUND = "node caps (1 s), no book"
+NODE_DEFAULTS = "node caps + empty book, tools optional"
+
+
+def _shapes(oracle: dict[str, float]) -> dict[str, Callable[[], tuple[Shape, Any]]]:
+    """Each variant: a function making its shape (and the learned rule to follow, if any) from
+    a fresh book, made just before its runs (so it hears only them)."""
+    round_caps = dict.fromkeys(TOOLS, ROUND_CAP)
+
+    def then() -> tuple[Shape, Any]:
+        book = LatencyBook()
         rule = learned(
             book, quantile=0.95, headroom=1.5, min_samples=20, cap=ROUND_CAP, then=["node:answer"]
         )
-        label = "learned, from an empty book"
-        learning: list[tuple[int, dict[str, float | None]]] = []
+        return Shape(dict.fromkeys(TOOLS, rule)), rule
 
-        def note_caps(done: int) -> None:
-            learning.append((done, {t: rule.cap("tool", t) for t in TOOLS}))
+    return {
+        ROUND: lambda: (Shape(round_caps), None),
+        ORACLE: lambda: (Shape(oracle), None),
+        THEN: then,
+        DEFAULTS: lambda: (Shape(round_caps, book=LatencyBook()), None),
+        NODE_ROUND: lambda: (Shape(round_caps, nodes=True), None),
+        NODE_DEFAULTS: lambda: (
+            Shape(round_caps, book=LatencyBook(), nodes=True, optional=True),
+            None,
+        ),
+    }
 
-        oks[label] = []
-        note_caps(0)
-        rules = dict.fromkeys(TOOLS, rule)
-        results[label] = asyncio.run(_variant(server, draws, rules, oks[label], note_caps))
-        book.detach()
+
+def run(*, quick: bool = False, plot: Path | None = None) -> Section:
+    runs = 60 if quick else 300
+    oracle = _oracle(_draws(2000, seed=11))
+    results: dict[str, list[dict[str, float]]] = {}
+    oks: dict[str, list[bool]] = {}
+    learning: list[tuple[int, dict[str, float | None]]] = []
+    handoffs: list[float] = []
+    caps_now: dict[str, float | None] = {}
+    with SlowServer() as server:
+        for seed in SEEDS:
+            draws = _draws(runs, seed=seed)
+            for label, make in _shapes(oracle).items():
+                shape, rule = make()
+                ok: list[bool] = []
+                after_batch = None
+                if rule is not None:
+                    seen = learning if seed == SEEDS[0] else []
+
+                    def after_batch(done: int, rule: Any = rule, seen: Any = seen) -> None:
+                        seen.append((done, {t: rule.cap("tool", t) for t in TOOLS}))
+
+                    after_batch(0)
+                gaps = handoffs if label == DEFAULTS else None
+                row = asyncio.run(_variant(server, draws, shape, ok, after_batch, gaps))
+                results.setdefault(label, []).append(row)
+                if seed == SEEDS[0]:
+                    oks[label] = ok
+                if rule is not None:
+                    caps_now = {t: rule.cap("tool", t) for t in TOOLS}
+                if shape.book is not None:
+                    shape.book.detach()
+                if rule is not None:
+                    rule.book.detach()
     per_us, per_key = _recording_cost()
 
     table = Table(
-        f"Learned budgets: {runs} agent runs, deadline {DEADLINE * 1000:.0f} ms, "
-        f"planner + 3 parallel tools + answer",
+        f"Learned budgets: {runs} agent runs x {len(SEEDS)} seeds, deadline "
+        f"{DEADLINE * 1000:.0f} ms, planner + 3 parallel tools + answer",
         (
-            "caps",
+            "variant",
             "complete by deadline",
-            "(second half)",
+            f"(after {WARMUP if runs > 2 * WARMUP else runs // 3} runs)",
+            "(per seed)",
             "tools answered / run",
-            "tool calls cut / run",
+            "answer starved",
             "p99 return - deadline",
         ),
     )
-    for label, r in results.items():
+
+    def mean(label: str, key: str) -> float:
+        return sum(r[key] for r in results[label]) / len(results[label])
+
+    for label, rows in results.items():
         table.add(
             label,
-            f"{r['complete'] * 100:.1f} %",
-            f"{r['complete_late'] * 100:.1f} %",
-            f"{r['answered']:.2f}",
-            f"{r['cut']:.2f}",
-            f"{r['late_p99_ms']:+.1f} ms",
+            f"{mean(label, 'complete') * 100:.1f} %",
+            f"{mean(label, 'complete_warm') * 100:.1f} %",
+            " / ".join(f"{r['complete'] * 100:.1f}" for r in rows),
+            f"{mean(label, 'answered'):.2f}",
+            f"{mean(label, 'starved') * 100:.1f} %",
+            f"{max(r['late_p99_ms'] for r in rows):+.1f} ms",
         )
-    caps_now = {t: rule.cap("tool", t) for t in TOOLS}
     table.notes.append(
         "oracle caps: " + ", ".join(f"{t} {c * 1000:.0f} ms" for t, c in oracle.items())
     )
     table.notes.append(
-        "learned caps at the end: "
+        "learned caps (then=) at the end: "
         + ", ".join(f"{t} {(c or 0) * 1000:.0f} ms" for t, c in caps_now.items())
         + " (p95 x 1.5, keeping back the answer's p95)"
     )
+    if handoffs:
+        table.notes.append(
+            "hand-off between steps (defaults row, from the step records): "
+            f"p50 {percentile(handoffs, 50) * 1000:.1f} ms, "
+            f"p95 {percentile(handoffs, 95) * 1000:.1f} ms, "
+            f"p99 {percentile(handoffs, 99) * 1000:.1f} ms"
+        )
     table.notes.append(
         f"recording a sample: {per_us:.2f} µs; book bytes per key: {per_key} "
         f"({per_key / 1024:.1f} KiB)"
@@ -300,13 +429,22 @@ def run(*, quick: bool = False, plot: Path | None = None) -> Section:
 
         shares = {label: windows(ok) for label, ok in oks.items()}
         write(plot, shares, learning, oracle, round_cap=ROUND_CAP, window=WINDOW, runs=runs)
-        table.notes.append(f"figure: {plot}")
+        table.notes.append(f"figure: {plot} (seed {SEEDS[0]})")
     section = Section(tables=[table])
-    learned_row = results["learned, from an empty book"]
-    section.figures.append(
-        ("learned caps: runs complete", f"{learned_row['complete'] * 100:.1f} %")
-    )
+    defaults = mean(DEFAULTS, "complete")
+    share = f"{defaults * 100:.1f} %"
+    section.figures.append(("defaults from an empty book: runs complete", share))
     section.figures.append(("latency book: recording a sample", f"{per_us:.2f} µs"))
     section.checks.append(Check("latency book: recording a sample", per_us, 3.0, " µs"))
     section.checks.append(Check("latency book: bytes per key", per_key / 1024, 64.0, " KiB"))
+    gap = (mean(ORACLE, "complete") - defaults) * 100
+    section.checks.append(Check("empty-book defaults: points below the oracle", gap, 1.0, ""))
+    warm_gap = (mean(ORACLE, "complete_warm") - mean(DEFAULTS, "complete_warm")) * 100
+    section.checks.append(
+        Check(f"the same after {WARMUP} runs: points below the oracle", warm_gap, 1.0, "")
+    )
+    above = (defaults - mean(ROUND, "complete")) * 100
+    section.checks.append(Check("empty-book defaults: points above round caps", -above, -12.0, ""))
+    late = max(r["late_p99_ms"] for label in (DEFAULTS, NODE_DEFAULTS) for r in results[label])
+    section.checks.append(Check("empty-book defaults: p99 return - deadline", late, 0.0, " ms"))
     return section

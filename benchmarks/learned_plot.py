@@ -8,7 +8,7 @@ from pathlib import Path
 
 __all__ = ["write"]
 
-COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
 
 
 def write(

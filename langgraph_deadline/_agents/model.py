@@ -47,7 +47,7 @@ from .fallback import (
     why_next,
 )
 from .provider import Rate, call_options, check_rate
-from .timing import StreamTiming, timing_for
+from .timing import StreamTiming, run_rate, timing_for
 
 __all__ = ["BudgetedModel", "ModelLimits", "budgeted_model"]
 
@@ -242,8 +242,9 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         if any. (Its stream stops past the cut through `stopping_streams`.)"""
         choice, plan = self._chain[chosen.at], chosen.plan
         model = choice.model
-        options = call_options(model, plan.budget, kwargs, tokens_per_second=choice.rate)
-        timing = timing_for(model, choice.rate)
+        rate = run_rate(choice.rate, run_from_config(cfg))  # the run's book's, by default
+        options = call_options(model, plan.budget, kwargs, tokens_per_second=rate)
+        timing = timing_for(model, rate)
         call_cfg = cfg if timing is None else merge_configs(cfg, {"callbacks": [timing]})
         return model, {**kwargs, **options}, call_cfg, timing
 

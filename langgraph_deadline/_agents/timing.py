@@ -12,18 +12,20 @@ stream mode does): the answer is the same, and only a streamed call has a first 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import ChatGeneration, LLMResult
 
+from .._core.plan import RunTracker
 from .._learn.book import FIRST_TOKEN, PER_TOKEN, LatencyBook
-from .._learn.policy import Learned
+from .._learn.policy import Learned, learned
 from .provider import Rate, model_id
 
-__all__ = ["StreamTiming", "timing_for"]
+__all__ = ["RUN_RATE", "StreamTiming", "run_rate", "timing_for"]
 
 T = TypeVar("T")
 
@@ -76,6 +78,23 @@ class StreamTiming(BaseCallbackHandler):
         count = self.usage if self.usage and not cut else self.tokens
         if count >= 2 and self.last > first:
             self.book.record(PER_TOKEN, self.name, (self.last - first) / (count - 1))
+
+
+def run_rate(rate: Rate | None, run: RunTracker | None) -> Rate | None:
+    """`rate`, or, when none is given and the run has a latency book attached
+    (`with_deadlines(book=)`), the output rate that book learns (`RUN_RATE`)."""
+    if rate is not None or run is None or not isinstance(run.book, LatencyBook):
+        return rate
+    found = _RUN_RATES.get(run.book)
+    if found is None:
+        found = _RUN_RATES[run.book] = learned(run.book, **RUN_RATE)
+    return found
+
+
+RUN_RATE: Final[dict[str, Any]] = {"quantile": 0.9, "min_samples": 10}
+"""How a run's book learns its model calls' rate when none is given: its p90 of seconds per
+token and of time to first token, once it holds 10 streamed calls of the model."""
+_RUN_RATES: weakref.WeakKeyDictionary[LatencyBook, Learned] = weakref.WeakKeyDictionary()
 
 
 def timing_for(model: object, rate: Rate | None) -> StreamTiming | None:

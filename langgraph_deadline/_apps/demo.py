@@ -6,10 +6,12 @@ planner (a streaming model that asks for three lookups) -> three tools in parall
 slow HTTP service (one request hangs: a straggler, the same request again answers) -> writer (a
 streaming model that writes the answer).
 
-The learned run's `LatencyBook` hears the deadline runs before it and a few warm-up rounds of
-the lookups without the straggler (the book's history of ordinary traffic): each lookup's cap is
-then its learned p90 x 2, at most the deadline run's cap, so the hanging request is cut once
-it is late by what that lookup usually takes, not at the round cap, and the writer gets the rest.
+The learned run's `LatencyBook` hears the deadline runs before it, a few warm-up rounds of the
+lookups without the straggler and a few short answers of the model (the book's history of
+ordinary traffic), and is attached to the run (`with_deadlines(book=)`): each lookup's cap is
+then its learned p90 x 2, at most the deadline run's cap, so the hanging request is cut once it
+is late by what that lookup usually takes; the writer's learned time is kept back from the
+lookups, and its model call gets the `max_tokens` that fits: it ends its answer in time.
 
 The runs share one scenario (this module); the table and the picture are `demo_output.py`,
 the learned run's warm-up and caps `demo_learned.py`.
@@ -41,11 +43,12 @@ from .. import (
     LatencyBook,
     Learned,
     Outcome,
+    budgeted_model,
     deadline_tools,
     with_deadlines,
 )
 from ..instrument import JsonlTraceWriter, set_observers
-from .demo_learned import learned_note, learned_rule, warm_up
+from .demo_learned import learned_note, learned_rule, warm_up, warm_up_writer
 from .demo_output import Row, Span, answer_of, lookups_answered, plot, quiet_run_log, span_of, table
 
 __all__ = ["DemoOptions", "run_demo"]
@@ -127,8 +130,11 @@ def _tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _graph(model: Any, tools: list[BaseTool]) -> StateGraph[Any, Any, Any, Any]:
+def _graph(
+    model: Any, tools: list[BaseTool], writer_model: Any = None
+) -> StateGraph[Any, Any, Any, Any]:
     planner_model = model.bind_tools(tools)
+    writer_model = model if writer_model is None else writer_model
 
     async def planner(state: DemoState) -> dict[str, Any]:
         prompt = SystemMessage(
@@ -139,7 +145,7 @@ def _graph(model: Any, tools: list[BaseTool]) -> StateGraph[Any, Any, Any, Any]:
 
     async def writer(state: DemoState) -> dict[str, Any]:
         ask = HumanMessage("Write the final answer for the customer from what the tools said.")
-        return {"messages": [await model.ainvoke([*state["messages"], ask])]}
+        return {"messages": [await writer_model.ainvoke([*state["messages"], ask])]}
 
     def route(state: DemoState) -> str:
         last = state["messages"][-1]
@@ -185,6 +191,7 @@ async def _one(
     trace: Path | None,
     hedged: bool = False,
     tool_cap: float | Learned = TOOL_CAP,
+    book: LatencyBook | None = None,
 ) -> Row:
     from langchain_openai import ChatOpenAI
 
@@ -199,13 +206,15 @@ async def _one(
             timeout=NAIVE_MODEL_TIMEOUT if naive else None,
             max_retries=2 if naive else 0,
         )
-        builder = _graph(model, _tools(service, naive=naive, hedged=hedged))
+        # With a book attached, the writer's budgeted model gets the max_tokens that fits.
+        writer = None if book is None else budgeted_model(model)
+        builder = _graph(model, _tools(service, naive=naive, hedged=hedged), writer)
         caps = {"tools": tool_cap}  # a cap on each tool call
-        ours = with_deadlines(builder, timeout=opts.budget, caps=caps, reserve=RESERVE)
+        ours = with_deadlines(builder, timeout=opts.budget, caps=caps, reserve=RESERVE, book=book)
         graph = builder.compile() if naive else ours
         if trace is not None:
-            writer = JsonlTraceWriter(trace)
-            set_observers([writer])
+            traced = JsonlTraceWriter(trace)
+            set_observers([traced])
         t0, started_at = time.monotonic(), time.time()
         deadline = t0 + opts.budget
         last: dict[str, Any] = {}
@@ -230,7 +239,7 @@ async def _one(
         finally:
             if trace is not None:
                 set_observers(None)
-                writer.close()
+                traced.close()
         wall = time.monotonic() - t0
         await asyncio.sleep(0.1)  # let the servers see closed connections
         outcome = last.get("deadline_outcome")
@@ -279,9 +288,18 @@ def run_demo(opts: DemoOptions) -> str:
                 ours = await _one("langgraph-deadline", opts, naive=False, trace=trace)
                 hedged = await _one("hedged lookups", opts, naive=False, trace=None, hedged=True)
                 await warm_up(_warm_up_tools, TOOL_CAP, opts.progress)
-                rule = learned_rule(book, TOOL_CAP, then=["node:writer"])
+                if opts.base_url is None:  # a real endpoint's writer learns in the run itself
+                    await warm_up_writer(book, ANSWER_TOKENS, TOKEN_INTERVAL, opts.progress)
+                rule = learned_rule(book, TOOL_CAP)
                 note = learned_note(rule, book, list(LOOKUPS), TOOL_CAP)
-                smart = await _one("learned caps", opts, naive=False, trace=None, tool_cap=rule)
+                smart = await _one(
+                    "book attached",
+                    opts,
+                    naive=False,
+                    trace=None,
+                    tool_cap=rule,
+                    book=book,
+                )
             finally:
                 book.detach()
             rows = [naive, ours, hedged, smart]

@@ -20,10 +20,12 @@ __all__ = [
     "learned_note",
     "learned_rule",
     "warm_up",
+    "warm_up_writer",
 ]
 
 WARM_UP = (2, 12)  # 2 batches of 12 rounds of the lookups, each round's calls at once
 QUANTILE, HEADROOM, MIN_SAMPLES = 0.9, 2.0, 20
+WRITER_WARM_UP = 10  # short answers: enough for a run's book to time its model's answers
 
 
 async def warm_up(
@@ -49,13 +51,32 @@ async def warm_up(
         progress(f"  warm-up: {batches * rounds} rounds of the lookups in {took:.2f} s")
 
 
-def learned_rule(book: LatencyBook, cap: float, *, then: Sequence[str]) -> Learned:
-    """Each lookup's cap: its learned p90 x 2, at most `cap`. `then`: the steps' learned
-    p90 is kept back from a lookup's budget once the book holds `MIN_SAMPLES` of their runs
-    (the demo's writer has two, both cut: the learned caps alone leave it its room)."""
-    return learned(
-        book, quantile=QUANTILE, headroom=HEADROOM, min_samples=MIN_SAMPLES, cap=cap, then=then
-    )
+def learned_rule(book: LatencyBook, cap: float) -> Learned:
+    """Each lookup's cap: its learned p90 x 2, at most `cap`. The time the writer needs after
+    them is kept back by the run itself, from the graph (`with_deadlines(book=book)`)."""
+    return learned(book, quantile=QUANTILE, headroom=HEADROOM, min_samples=MIN_SAMPLES, cap=cap)
+
+
+async def warm_up_writer(
+    book: LatencyBook, tokens: int, interval: float, progress: Callable[[str], None]
+) -> None:
+    """Short answers of the local model (`WRITER_WARM_UP` of them, `max_tokens` 8): what a book
+    hears of a model's ordinary traffic, its time to first token and its output rate."""
+    from langchain_openai import ChatOpenAI
+
+    from .. import budgeted_model, deadline_scope
+    from ..testing import ChatReply, FakeOpenAIServer
+
+    reply = ChatReply.counting(tokens, chunk_interval=interval)
+    with FakeOpenAIServer(default_reply=reply) as server:
+        chat = ChatOpenAI(base_url=server.base_url, api_key="not-needed", model="fake-model")  # type: ignore[arg-type]
+        model = budgeted_model(chat, tokens_per_second=learned(book, quantile=0.9))
+        t0 = time.monotonic()
+        async with deadline_scope(30.0):
+            for _ in range(WRITER_WARM_UP):
+                await model.ainvoke("Say hello.", max_tokens=8)
+        took = time.monotonic() - t0
+    progress(f"  warm-up: {WRITER_WARM_UP} short answers of the model in {took:.2f} s")
 
 
 def learned_note(rule: Learned, book: LatencyBook, names: Sequence[str], cap: float) -> str:

@@ -33,7 +33,7 @@ class StepGuard:
     caused it, as the caller's cancellation); any other passes through. A step that ends when
     the run's nodes end joins the run's one timer for that instant instead of arming its own."""
 
-    __slots__ = ("_cut", "_deadline", "_name", "_run", "_scope", "_signal", "_token")
+    __slots__ = ("_cut", "_deadline", "_inside", "_name", "_run", "_scope", "_signal", "_token")
 
     def __init__(
         self,
@@ -41,8 +41,10 @@ class StepGuard:
         name: str,
         signal: CancelSignal | None,
         run: RunTracker | None = None,
+        inside: Deadline | None = None,
     ) -> None:
         self._deadline = deadline
+        self._inside = inside  # the deadline the block's own steps see, when earlier
         self._name = name
         self._signal = signal
         self._run = run
@@ -70,7 +72,7 @@ class StepGuard:
                 if alarm.fired:
                     cut.cancel()
                 cut.joined = True  # registered with the run's signal below: the alarm finds it
-            self._token = push_step(deadline, self._name)
+            self._token = push_step(self._inside or deadline, self._name)
         if signal is not None:
             signal.register(cut)
         return self
@@ -100,7 +102,7 @@ class StepGuard:
             scope.deadline = anyio.current_time() + self._deadline.remaining()
         if self._signal is not None:
             self._signal.register(scope)
-        context = step_scope(self._deadline, name=self._name)  # the deadline in context only
+        context = step_scope(self._inside or self._deadline, name=self._name)  # in context only
         context.__enter__()
         scope.__enter__()
         self._scope = (context, scope)

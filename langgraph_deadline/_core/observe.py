@@ -119,6 +119,7 @@ def step_fields(event: StepEvent) -> dict[str, Field]:
         "hedges": r.hedges,
         "winner": r.winner,
         "parent": r.parent,  # another step's name and start time
+        "held_ms": r.held_ms,  # kept back for the steps that follow
     }
 
 

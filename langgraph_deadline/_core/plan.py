@@ -27,9 +27,10 @@ from .clock import SYSTEM_CLOCK
 from .context import current_deadline
 from .cut import GRACE, Cut, Due
 from .deadline import Deadline
+from .follow import HANDOFF_BETWEEN
 from .observe import emit_step
 from .records import Outcome, StepKind, StepRecord, StepStatus, step_link
-from .rules import StepRule
+from .rules import StepRule, Timings
 
 __all__ = [
     "HANDOFF",
@@ -79,6 +80,10 @@ class Plan(NamedTuple):
     note: str | None = None  # for its record: a learned refusal's numbers, a fallback's cause
     held: float = 0.0  # seconds kept back for the steps that follow, when that set the budget
     parent: str | None = None  # the `link` of the step it runs inside
+    inside: Deadline | None = None  # the deadline its own steps see, when before `ends`: with
+    # time kept back, they end a hand-off before it, so that it returns what they gave in time
+    within: float = 0.0  # seconds kept back by its steps only (the step itself is not cut
+    # for them: `StepRule.keep_back_inside`)
 
     @property
     def link(self) -> str:
@@ -127,6 +132,7 @@ class Plan(NamedTuple):
             started_at=self.started_at,
             note=self.note,
             parent=self.parent,
+            held_ms=_ms(self.held or self.within) or None,
         )
 
 
@@ -176,6 +182,7 @@ class RunTracker:
     failures: dict[str, int] | None = None
     # The framework's names for this run (LangGraph's `run_id`, the `thread_id`), for the log.
     origin: tuple[tuple[str, str], ...] = ()
+    book: Timings | None = None  # the latency book attached to the run (`with_deadlines(book=)`)
 
     def close_alarm(self) -> None:
         """The run is over: its nodes' shared timer goes."""
@@ -262,7 +269,8 @@ def plan_step(
     always starts), and the time to keep back for the steps named to follow it.
     """
     rule = viable = None
-    held = 0.0
+    held = within = 0.0
+    inside = None
     if isinstance(cap, StepRule):
         rule = cap
         cap = rule.cap(kind, name)
@@ -301,9 +309,11 @@ def plan_step(
         assert budget is not None
         if rule is not None and (held := rule.keep_back(kind, name, budget)) > 0.0:
             budget, shared = budget - held, False
+        elif rule is not None:
+            within = rule.keep_back_inside(kind, name, budget)
         # A clamped step ends HANDOFF before the enclosing deadline; one its cap set does not.
         if cap is not None and cap <= budget:
-            budget, shared, held = cap, False, 0.0
+            budget, shared, held, within = cap, False, 0.0, 0.0
         else:
             budget = max(0.0, budget - HANDOFF)
         if shared and budget > 0.0:
@@ -311,12 +321,16 @@ def plan_step(
             ends = run_step_end(run)
         else:
             ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
+        if held > 0.0 and budget > HANDOFF_BETWEEN:
+            inside = ends._moved(-HANDOFF_BETWEEN)
+        elif within > 0.0:
+            inside = ends._moved(-(within + HANDOFF_BETWEEN))
     note = None
     if viable is not None and budget is not None and 0.0 < budget < min_viable:
         note = viable.refusal(kind, name, budget)
-    elif held > 0.0:
+    elif held > 0.0 or within > 0.0:
         assert rule is not None
-        note = rule.held_for(held)
+        note = rule.held_for(held) if held > 0.0 else rule.held_for(within) + ", by its steps"
     return Plan(
         name=name,
         kind=kind,
@@ -333,6 +347,8 @@ def plan_step(
         note=note,
         held=held,
         parent=current_parent(),
+        inside=inside,
+        within=within,
     )
 
 

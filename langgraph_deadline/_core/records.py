@@ -81,6 +81,8 @@ class StepRecord:
     hedges: int = 0  # extra identical copies started (a hedged read-only tool call)
     winner: int | None = None  # which copy answered a hedged call (0: the first); None: none
     parent: str | None = None  # the `link` of the step this one ran inside
+    held_ms: float | None = None  # kept back from its budget for the steps that follow (`note`
+    # names them); None when nothing was
 
     @property
     def link(self) -> str | None:

@@ -8,7 +8,22 @@ once per planning; a rule answers from numbers it keeps (cheap), never from the 
 
 from __future__ import annotations
 
-__all__ = ["StepRule"]
+from typing import Protocol
+
+__all__ = ["StepRule", "Timings"]
+
+
+class Timings(Protocol):
+    """What a rule reads of a latency book (`_learn.LatencyBook` is one): per step kind and
+    name, how many samples it holds and their learned quantiles."""
+
+    def count(self, name: str, kind: str = "node") -> int:
+        """Samples of `(kind, name)`."""
+        ...
+
+    def seconds_at(self, name: str, kind: str, quantile: float) -> float | None:
+        """The learned `quantile` of `(kind, name)`, in seconds (None: no samples)."""
+        ...
 
 
 class StepRule:
@@ -24,6 +39,11 @@ class StepRule:
     def ceiling(self) -> float | None:
         """The user's own cap: the most the rule ever gives, and what it gives when cold."""
         raise NotImplementedError
+
+    @property
+    def book(self) -> Timings | None:
+        """The latency book the rule learns from (None: it learns from none)."""
+        return None
 
     @property
     def floor(self) -> float:
@@ -42,6 +62,11 @@ class StepRule:
         """Seconds of `budget` (what the deadline leaves the step) to keep for the steps that
         must still run after it; 0 when none are named or there is no room."""
         raise NotImplementedError
+
+    def keep_back_inside(self, kind: str, name: str, budget: float) -> float:
+        """Seconds the steps inside this one (its tool calls, model calls, requests) keep back
+        for the steps after it, when `keep_back` keeps none from the step itself; 0: none."""
+        return 0.0
 
     def held_for(self, held: float) -> str:
         """What `held` seconds were kept back for (for the step's record): the steps named."""

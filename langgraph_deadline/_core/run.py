@@ -76,7 +76,7 @@ class StepRun(StepGuard):
         passthrough: tuple[type[BaseException], ...],
     ) -> None:
         signal = run.signal if run is not None else current_signal()
-        super().__init__(plan.step_deadline(), plan.name, signal, run)
+        super().__init__(plan.step_deadline(), plan.name, signal, run, plan.inside)
         self._plan = plan
         self._commit = commit
         self._passthrough = passthrough

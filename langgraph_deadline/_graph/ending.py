@@ -140,6 +140,8 @@ def finish(
         value = plain_input(result.value)  # a node may bring the deadline forward, as plain data
         return with_trace(value, [*children, result.record]) if has_fields(state) else value
     if status.cut:
+        if settings.optional and result.record.cancel_source == "step_cap":
+            return dropped(state, result.record, children, finished)
         return ended(state, result, run, children, finished=finished)
     err = result.error
     assert err is not None
@@ -153,6 +155,28 @@ def finish(
 def _real(status: StepStatus) -> bool:
     """True for a step that ran to its own end (completed, or failed by itself)."""
     return not (status.ran_out or status is StepStatus.STALE)
+
+
+def dropped(
+    state: Any,
+    record: StepRecord,
+    children: Sequence[StepRecord],
+    finished: Mapping[str, ToolMessage] | None,
+) -> Any:
+    """An optional node cut at its own budget: no update of its own (the open tool calls it was
+    answering get their answers), its record in the trace, and the run goes on. A `@task`
+    (no state) raises `DeadlineExceeded` to the code that awaits it, which decides: caught, the
+    run goes on; not caught, it ends the entrypoint's run as a cut does."""
+    if state is None:
+        reason = record.ran_out_reason()
+        outcome = Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step=record.name, reason=reason)
+        raise DeadlineExceeded(reason, step=record.name, outcome=outcome)
+    update: dict[str, Any] = {}
+    if calls := open_tool_calls(state):
+        update["messages"] = close_pending(calls, record, finished)
+    if has_fields(state):
+        update["deadline_trace"] = [*children, record]
+    return update or None
 
 
 def finish_unbounded(state: Any, value: Any, children: list[StepRecord]) -> Any:

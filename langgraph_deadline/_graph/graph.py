@@ -138,6 +138,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         run = RunTracker(
             deadline=d, reserve=settings.reserve, resumable=saved(self, cfg), origin=origin_of(cfg)
         )
+        run.book = settings.book
         run.keep_partial = (
             settings.partial_answer and settings.closing_message and settings.reserve > 0
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._core.rules import StepRule
+from .._core.rules import StepRule, Timings
 
 __all__ = ["GraphSettings", "NodeSettings"]
 
@@ -16,13 +16,15 @@ class NodeSettings:
 
     `cap` and `min_viable` may be learned (`StepRule`s, asked when each run is planned).
     `reserve` None holds back the run's reserve; `retry` is the node's LangGraph `RetryPolicy`
-    (one, a sequence, or None), so that a retry whose backoff cannot fit is not waited for.
+    (one, a sequence, or None), so that a retry whose backoff cannot fit is not waited for;
+    `optional`: cut at its own budget, the node writes no update and the run goes on.
     """
 
     cap: float | StepRule | None = None
     min_viable: float | StepRule = 0.0
     reserve: float | None = None
     retry: Any = None  # RetryPolicy | Sequence[RetryPolicy] | None
+    optional: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,3 +46,4 @@ class GraphSettings:
     has_state: bool = True
     queue_time: float | None = None
     guarded_retries: bool = False  # a node has a RetryPolicy: runs put themselves in context
+    book: Timings | None = None  # attached to each run: its model calls' learned output rate

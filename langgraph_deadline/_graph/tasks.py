@@ -4,8 +4,10 @@ runs its body under `min(the task's cap, what is left - reserve)`, by the node s
 LangGraph schedules a task call through the scheduler in the caller's config (`seams.py`); the
 entrypoint's step hands its body a scheduler that wraps the task's body first, keeping the
 task's name and identifier, so that task ids, a resume's saved results and caches are LangGraph's
-own. A task that runs out ends the run as a node that runs out does: it is recorded, it is not
-saved as finished (a resume that grants time runs it again), and the run drains.
+own. A task cut at its own cap raises `DeadlineExceeded` to the code that awaits it, which
+decides: caught, the run goes on; not caught, it ends the run. A task that runs out of the run's
+time ends the run as a node that runs out does: it is recorded, it is not saved as finished (a
+resume that grants time runs it again), and the run drains.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class TaskBudgets:
             cap=self.caps.get(name, self.default_cap),
             min_viable=self.min_viable.get(name, 0.0),
             retry=retry or self.retry,  # a retry that cannot fit is not waited for
+            optional=True,  # cut at its cap: `DeadlineExceeded` to its caller, who decides
         )
         return _budgeted(func, NodeStep(name, settings), self)
 

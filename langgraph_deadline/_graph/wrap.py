@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, overload
 
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 
-from .._core.rules import StepRule
+from .._core.rules import StepRule, Timings
 from .._core.validate import (
     check_cap,
     check_caps_fit,
@@ -23,6 +23,7 @@ from .._core.validate import (
     check_viable,
     floor_of,
 )
+from .following import found_book, keeping_back, paths_after
 from .functional import DeadlineEntrypoint, is_entrypoint, wrap_entrypoint
 from .graph import DeadlineGraph
 from .node import is_budgeted, wrap_node
@@ -49,6 +50,9 @@ def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a P
     closing_message: bool = True,
     partial_answer: bool = True,
     queue_time: float | None = None,
+    book: Timings | None = None,
+    keep_back: bool = True,
+    optional: Collection[str] = (),
 ) -> DeadlineGraph: ...
 
 
@@ -66,6 +70,9 @@ def with_deadlines(
     closing_message: bool = True,
     partial_answer: bool = True,
     queue_time: float | None = None,
+    book: Timings | None = None,
+    keep_back: bool = True,
+    optional: Collection[str] = (),
 ) -> DeadlineEntrypoint: ...
 
 
@@ -82,6 +89,9 @@ def with_deadlines(
     closing_message: bool = True,
     partial_answer: bool = True,
     queue_time: float | None = None,
+    book: Timings | None = None,
+    keep_back: bool = True,
+    optional: Collection[str] = (),
 ) -> DeadlineGraph | DeadlineEntrypoint:
     """Compile `graph` (a `StateGraph` builder, a compiled graph or an `@entrypoint`, left
     untouched) with every node budgeted and one deadline per run.
@@ -112,6 +122,19 @@ def with_deadlines(
 
     `caps` and `min_viable` take learned values too (`learned(book, ...)`: a cap from what the
     node really takes, never above yours or `default_cap`; docs/howto/learned-budgets.md).
+    With a latency `book` (given here, or the book of any learned value in `caps` or
+    `min_viable`), each node keeps back, from a budget the deadline sets, the time of what can
+    still run after it on the way to END (read from the graph's edges once, here): each later
+    node's learned p95 (its `min_viable` while the book is cold) and the hand-off between
+    steps, over the longest path, when that leaves the node its own learned p95 (else the
+    steps inside it keep it back); and a `budgeted_model` call without `tokens_per_second`
+    gets the `max_tokens` its learned output rate fits in its budget. `keep_back=False` turns
+    both off.
+
+    `optional` names nodes the run can do without (a slow branch): one cut at its own budget
+    (its cap, or the time it keeps back for what follows) writes no update, its record says
+    `timed_out`, and the graph goes on with what the other nodes gave. Cut by the run's
+    deadline, it ends the run as any node does.
 
     Served by LangGraph Server, a run also honours the deadline headers of its request, which
     the server puts in `config["configurable"]` (`x-request-timeout-ms`, `x-request-deadline`,
@@ -124,17 +147,19 @@ def with_deadlines(
     An `@entrypoint` (Functional API) gives a `DeadlineEntrypoint`: the entrypoint and each
     `@task` call are steps, `caps` and `min_viable` by task name (or the entrypoint's),
     `default_cap` for tasks. With time to spare it returns what the entrypoint returns; a run
-    that ends early raises `DeadlineExceeded` (`.state` None). A cut task is not saved as
-    finished: `Command(update=deadline_input(s))` runs only the unfinished tasks again. Its input
+    that ends early raises `DeadlineExceeded` (`.state` None). A task cut at its cap raises
+    `DeadlineExceeded` where it is awaited: an entrypoint that catches it and returns completes.
+    A cut task is not saved as finished: `Command(update=deadline_input(s))` runs only the
+    unfinished tasks again. Its input
     is the entrypoint's argument, never read for a deadline (docs/howto/wrap-a-graph.md).
 
     Raises:
-        ValueError: a name in `caps` or `min_viable` is not a node (task names, known only
-            once called, are warned of after the first run that returns: `UserWarning`); a
-            bad number or a cap of 0; settings that cannot fit (`reserve >= timeout`, a
-            `min_viable` above `timeout` less `reserve`, or above the step's cap or
-            `default_cap`); a state field named `deadline` that is not the run's deadline (a
-            due date of your own).
+        ValueError: a name in `caps`, `min_viable` or `optional` is not a node (task names,
+            known only once called, are warned of after the first run that returns:
+            `UserWarning`); a bad number or a cap of 0; settings that cannot fit
+            (`reserve >= timeout`, a `min_viable` above `timeout` less `reserve`, or above the
+            step's cap or `default_cap`); a state field named `deadline` that is not the run's
+            deadline (a due date of your own).
         TypeError: `graph` is not a `StateGraph`, a compiled one or an `@entrypoint`; `caps` or
             `min_viable` is not a mapping.
     """
@@ -142,6 +167,10 @@ def with_deadlines(
         raise TypeError(f"closing_message must be a bool, got {closing_message!r}")
     if not isinstance(partial_answer, bool):
         raise TypeError(f"partial_answer must be a bool, got {partial_answer!r}")
+    if not isinstance(keep_back, bool):
+        raise TypeError(f"keep_back must be a bool, got {keep_back!r}")
+    if book is not None and not callable(getattr(book, "seconds_at", None)):
+        raise TypeError(f"book must be a LatencyBook, got {type(book).__name__}")
     timeout_s = check_cap(timeout, "timeout")
     reserve_s = check_seconds(reserve, "reserve")
     queue_s = check_cap(queue_time, "queue_time")
@@ -189,7 +218,10 @@ def with_deadlines(
         compile_kwargs["store"] = store
 
     _check_deadline_field(builder)
-    for table, label in ((caps, "caps"), (mins, "min_viable")):
+    if isinstance(optional, str) or not all(isinstance(n, str) for n in optional):
+        raise TypeError(f"optional must be a collection of node names, got {optional!r}")
+    dropped = set(optional)
+    for table, label in ((caps, "caps"), (mins, "min_viable"), (dropped, "optional")):
         unknown = sorted(set(table) - set(builder.nodes))
         if unknown:
             raise ValueError(
@@ -206,6 +238,13 @@ def with_deadlines(
         reserve=reserve_s,
         needs={f"min_viable[{node!r}]": floor_of(need) + reserve_s for node, need in mins.items()},
     )
+    node_caps = {name: caps.get(name, default_cap_s) for name in builder.nodes}
+    book = book or found_book(caps, mins)
+    if book is not None and keep_back:
+        floors = {node: floor_of(need) for node, need in mins.items()}
+        paths = paths_after(builder)
+        for name, cap in node_caps.items():
+            node_caps[name] = keeping_back(cap, paths.get(name, ()), book, floors)
 
     wrapped = copy.copy(builder)
     wrapped.nodes = {
@@ -217,11 +256,12 @@ def with_deadlines(
                 spec.runnable,
                 name,
                 NodeSettings(
-                    cap=caps.get(name, default_cap_s),
+                    cap=node_caps[name],
                     min_viable=mins.get(name, 0.0),
                     retry=spec.retry_policy,
+                    optional=name in dropped,
                 ),
-                explicit=name in caps or name in mins,
+                explicit=name in caps or name in mins or name in dropped,
             ),
         )
         for name, spec in builder.nodes.items()
@@ -240,6 +280,7 @@ def with_deadlines(
         partial_answer=partial_answer,
         queue_time=queue_s,
         guarded_retries=guarded,
+        book=book if keep_back else None,
     )
     ours = DeadlineGraph.of(compiled, settings)
     if isinstance(graph, CompiledStateGraph) and graph.config:

@@ -199,6 +199,11 @@ class LatencyBook:
             return mine
         return self._shared.with_others(mine, name, kinds)
 
+    def seconds_at(self, name: str, kind: str, quantile: float) -> float | None:
+        """The learned `quantile` of `(kind, name)`, in seconds (None: no samples)."""
+        estimate = self.sketch(name, kind).quantile(quantile)
+        return None if estimate is None else estimate.seconds
+
     def names(self) -> list[tuple[str, str]]:
         """The (kind, name) keys with samples, sorted."""
         with self._lock:

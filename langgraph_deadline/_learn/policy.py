@@ -20,10 +20,14 @@ from .._core.validate import check_number, check_seconds, check_step_cap, show
 from .book import FIRST_TOKEN, KINDS, PER_TOKEN, LatencyBook
 from .sketch import LatencySketch
 
-__all__ = ["Learned", "learned"]
+__all__ = ["STREAM_END", "Learned", "learned"]
 
 _REFRESH: Final = 16  # work a step's numbers out again when its samples grew by 1/16
 _THEN: Final = ("", "then")  # the memo's key for the steps named in `then`
+STREAM_END: Final = 0.05
+"""Seconds a streamed answer needs after its last token (the closing chunks, the client's
+work on them) within its budget: without it, an answer sized to end at the cut by its learned
+rate ends just after it as often as not."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,13 +115,14 @@ class Learned(StepRule):
 
     def tokens_within(self, model: str, budget: float) -> int | None:
         """Output tokens model `model` (its id) can stream in `budget`: what is left after its
-        learned `quantile` of time to first token, at its learned `quantile` of seconds per
-        token (a slow day's rate); at least 1. None while either is cold."""
+        learned `quantile` of time to first token and the stream's end (`STREAM_END`), at its
+        learned `quantile` of seconds per token (a slow day's rate); at least 1. None while
+        either is cold."""
         first = self._numbers(FIRST_TOKEN, model)
         per = self._numbers(PER_TOKEN, model)
         if first is None or per is None:
             return None
-        return max(1, int((budget - first.high) / per.high))
+        return max(1, int((budget - first.high - STREAM_END) / per.high))
 
     def refusal(self, kind: str, name: str, budget: float) -> str:
         sk = self.book.sketch(name, kind)

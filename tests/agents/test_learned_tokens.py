@@ -12,16 +12,20 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage
+from langgraph.graph import END, START, StateGraph
 
 from langgraph_deadline import (
     DeadlineExceeded,
+    DeadlineState,
     LatencyBook,
     StepStatus,
     Terminal,
     budgeted_model,
     deadline_scope,
     learned,
+    with_deadlines,
 )
+from langgraph_deadline._agents.timing import RUN_RATE
 from langgraph_deadline._learn.book import FIRST_TOKEN, PER_TOKEN
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
@@ -177,3 +181,62 @@ def test_a_bad_rate_is_refused_when_made_naming_the_argument(server: FakeOpenAIS
         DeadlineMiddleware(tokens_per_second=0)
     with pytest.raises(ValueError, match="quantile must be in"):
         learned(LatencyBook(listen=False), quantile=1.0)
+
+
+# -- a book attached to the run: the writer's max_tokens by default ----------------------------
+
+
+class _Writing(DeadlineState, total=False):
+    limit: int
+    text: str
+    finish: str
+
+
+def _writer_graph(counting: FakeOpenAIServer) -> StateGraph[Any, Any, Any, Any]:
+    """plan -> writer (the last step: a streamed answer of up to 400 tokens, 50 a second)."""
+    llm = budgeted_model(plain_chat(counting))  # no rate given
+
+    async def plan(state: _Writing) -> dict[str, Any]:
+        return {}
+
+    async def writer(state: _Writing) -> dict[str, Any]:
+        limit = state.get("limit")
+        answer = await (llm.ainvoke("count", max_tokens=limit) if limit else llm.ainvoke("count"))
+        return {"text": answer.text, "finish": answer.response_metadata["finish_reason"]}
+
+    b = StateGraph(_Writing)
+    b.add_node("plan", plan)
+    b.add_node("writer", writer)
+    b.add_edge(START, "plan")
+    b.add_edge("plan", "writer")
+    b.add_edge("writer", END)
+    return b
+
+
+@pytest.mark.anyio
+async def test_with_a_book_attached_the_writer_ends_its_answer_before_the_deadline(
+    counting: FakeOpenAIServer,
+) -> None:
+    book = LatencyBook(listen=False)
+    warm = with_deadlines(_writer_graph(counting), timeout=30.0, book=book)
+    for _ in range(RUN_RATE["min_samples"]):  # streamed calls with time to spare: the rate
+        await warm.ainvoke({"limit": 20})
+    assert book.count("gpt-fake", PER_TOKEN) == RUN_RATE["min_samples"]
+
+    budget = 1.5
+    graph = with_deadlines(_writer_graph(counting), timeout=budget, book=book)
+    t0 = time.monotonic()
+    out = await graph.ainvoke({})
+    took = time.monotonic() - t0
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+    assert out["finish"] == "length"  # it ended by itself, a whole answer
+    sent = counting.requests[-1].max_tokens
+    assert sent is not None and 20 < sent < budget / TICK
+    assert len(out["text"].split()) == sent
+    assert took < budget
+
+    # turned off, today's behaviour: no max_tokens, the answer is cut at the deadline
+    off = with_deadlines(_writer_graph(counting), timeout=budget, book=book, keep_back=False)
+    out = await off.ainvoke({})
+    assert counting.requests[-1].max_tokens is None
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED

@@ -1,0 +1,118 @@
+"""What can still run after each node on the way to END, read once from a `StateGraph`'s edges.
+
+From the builder's description, as LangGraph's own `validate` reads it: plain edges, joins
+(`add_edge([a, b], c)`: each of `a` and `b` leads to `c`), conditional edges (to the ends they
+declare: a `path_map` or a `Literal` return type; to every node when they declare none) and a
+node's `Command` destinations. Error handlers are left out: they run only when a node fails.
+
+For each node, its paths: the node sequences that can follow it, each ending at END or where
+the next step would be a node already on the path (a loop counts once: after `tools` in an
+agent loop, `model`; after `model`, `tools`). Parallel branches are separate paths, so they
+count as the longest of them; a path whose nodes are all on a longer one is dropped (it never
+costs more). A graph with more than `_MOST_PATHS` paths from a node (none of the common
+shapes) gets one path instead: every node reachable from it, each once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Final
+
+from langgraph.constants import END, START
+from langgraph.graph import StateGraph
+
+from .._core.follow import Following
+from .._core.rules import StepRule, Timings
+
+__all__ = ["found_book", "keeping_back", "paths_after"]
+
+Path = tuple[str, ...]
+_MOST_PATHS: Final = 256
+
+
+def paths_after(builder: StateGraph[Any, Any, Any, Any]) -> dict[str, tuple[Path, ...]]:
+    """Each node's paths to END (see the module); `()` for a node nothing follows."""
+    nodes = {name for name, spec in builder.nodes.items() if not spec.is_error_handler}
+    after: dict[str, set[str]] = {name: set() for name in nodes}
+    after[START] = set()
+
+    def link(source: str, target: str) -> None:
+        if source in after and (target in nodes or target == END):
+            after[source].add(target)
+
+    for source, target in builder.edges:
+        link(source, target)
+    for sources, target in builder.waiting_edges:
+        for source in sources:
+            link(source, target)
+    for source, branches in builder.branches.items():
+        for branch in branches.values():
+            targets: Collection[str] = (
+                [*nodes, END] if branch.ends is None else list(branch.ends.values())
+            )
+            for target in targets:
+                if target != source or branch.ends is not None:
+                    link(source, target)
+    for name, spec in builder.nodes.items():
+        for target in spec.ends or ():
+            link(name, target)
+    return {name: _paths(name, after) for name in sorted(nodes)}
+
+
+def _paths(start: str, after: dict[str, set[str]]) -> tuple[Path, ...]:
+    found: list[Path] = []
+    stack: list[tuple[str, Path]] = [(start, ())]
+    while stack:
+        node, path = stack.pop()
+        seen = {start, *path}
+        nexts = sorted(n for n in after.get(node, ()) if n != END and n not in seen)
+        if not nexts:
+            if path:
+                found.append(path)
+            if len(found) > _MOST_PATHS:
+                return (_reachable(start, after),)
+            continue
+        stack.extend((n, (*path, n)) for n in reversed(nexts))
+    return _longest_only(found)
+
+
+def _reachable(start: str, after: dict[str, set[str]]) -> Path:
+    seen: list[str] = []
+    todo = [start]
+    while todo:
+        for n in sorted(after.get(todo.pop(), ())):
+            if n != END and n != start and n not in seen:
+                seen.append(n)
+                todo.append(n)
+    return tuple(seen)
+
+
+def _longest_only(paths: list[Path]) -> tuple[Path, ...]:
+    """The paths no other path covers (same nodes or more), longest first."""
+    kept: list[Path] = []
+    for path in sorted(set(paths), key=lambda p: (-len(p), p)):
+        if not any(set(path) <= set(other) for other in kept):
+            kept.append(path)
+    return tuple(kept)
+
+
+def found_book(*tables: dict[str, Any]) -> Timings | None:
+    """The latency book of the first learned setting among `tables`' values, if any."""
+    for table in tables:
+        for value in table.values():
+            if isinstance(value, StepRule) and value.book is not None:
+                return value.book
+    return None
+
+
+def keeping_back(
+    cap: float | StepRule | None,
+    paths: tuple[Path, ...],
+    book: Timings,
+    floors: dict[str, float],
+) -> float | StepRule | None:
+    """A node's cap, keeping back the time of what can follow it (`cap` itself when nothing
+    can, or when it is a `learned(..., then=[...])`: the steps it names are the user's word)."""
+    if not paths or getattr(cap, "then", None):
+        return cap
+    return Following(cap, paths, book, floors)
