@@ -25,7 +25,13 @@ SUITE_TEST   := pytest pytest-mock pytest-timeout syrupy 'pytest-xdist[psutil]' 
 	pytest-dotenv redis pycryptodome xxhash requests uvloop langgraph-sdk langgraph-prebuilt \
 	langgraph-checkpoint-sqlite langgraph-checkpoint-postgres 'psycopg[binary]' psycopg-pool
 
-.PHONY: demo test test-lowest test-bare suite lint docs bench clean
+# LangChain's own agent tests (from its sdist) with the test tools they need, in their own venv.
+AGENTS       := .venv-agents
+AGENTS_STAMP := $(AGENTS)/.installed
+AGENTS_TEST  := pytest pytest-timeout 'pytest-xdist[psutil]' pytest-asyncio pytest-socket \
+	pytest-mock syrupy toml blockbuster langchain-tests langchain-openai vcrpy
+
+.PHONY: demo test test-lowest test-bare suite agents-suite lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +87,18 @@ $(SUITE_STAMP): pyproject.toml
 suite: $(SUITE_STAMP)
 	$(SUITE)/bin/python scripts/langgraph_suite/run.py
 
+$(AGENTS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(AGENTS)
+	$(AGENTS)/bin/python -m pip install --quiet --upgrade pip
+	$(AGENTS)/bin/python -m pip install --quiet -e '.[agents]' $(AGENTS_TEST)
+	touch $(AGENTS_STAMP)
+
+# LangChain's own agent tests, plain and with DeadlineMiddleware in every create_agent (listed
+# first, last, and first under with_deadlines; a deadline nobody reaches): fails on any test
+# that passes plain and fails with it, but for the allowlist's.
+agents-suite: $(AGENTS_STAMP)
+	$(AGENTS)/bin/python scripts/agents_suite/run.py
+
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m ruff format --check .
@@ -93,4 +111,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(LOWEST) $(BARE) $(SUITE) .suite .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) $(LOWEST) $(BARE) $(SUITE) $(AGENTS) .suite .pytest_cache .mypy_cache .ruff_cache .hypothesis

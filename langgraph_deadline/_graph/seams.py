@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from langchain_core.runnables import RunnableConfig
@@ -32,6 +32,7 @@ __all__ = [
     "runs_on_a_thread",
     "scheduling_with",
     "task_name",
+    "task_writer",
 ]
 
 PASSTHROUGH: Final[tuple[type[BaseException], ...]] = (GraphBubbleUp,)
@@ -60,6 +61,22 @@ def node_attempt(config: Mapping[str, Any] | None = None) -> int:
     runtime = conf.get(_RUNTIME_KEY) if conf is not None else _runtime()
     info = getattr(runtime, "execution_info", None)
     return info.node_attempt if info is not None else 1
+
+
+_SEND_KEY: Final = "__pregel_send"
+"""Where LangGraph 1.x puts, in a running task's config, what writes to the graph's channels when
+the task ends (taking `(channel, value)` pairs): what a node's return value goes through."""
+
+
+def task_writer(
+    config: Mapping[str, Any] | None,
+) -> Callable[[Sequence[tuple[str, Any]]], None] | None:
+    """What writes `(channel, value)` pairs to the graph's state at the end of the task running
+    with `config`, beside its return value (None outside a LangGraph task). A tool-call wrapper
+    writes its records with it and returns the tool's own answer, as it is."""
+    conf = config.get("configurable", {}) if config is not None else {}
+    writer = conf.get(_SEND_KEY)
+    return writer if callable(writer) else None
 
 
 def drain() -> None:

@@ -104,13 +104,16 @@ async def _session(client: MultiServerMCPClient, name: str) -> AsyncIterator[Cli
     """`client.session(name)`, whose close does not fail on a reply that arrives while it
     closes: the server answers a cancelled call ("Request cancelled"), and mcp's stdio reader,
     forwarding that answer to a session that stopped listening, raises `BrokenResourceError`.
-    Any other error on close is raised as it is."""
+    Any other error on close, and any error before the session opened (a server that dies at
+    start), is raised as it is."""
+    opened = False
     try:
         async with client.session(name) as session:
+            opened = True
             yield session
     except BaseExceptionGroup as group:
         _, rest = group.split(anyio.BrokenResourceError)
-        if rest is not None:
+        if rest is not None or not opened:
             raise
         log.debug("MCP session %r: a reply arrived while it closed; dropped", name)
 
