@@ -94,8 +94,8 @@ $(AGENTS_STAMP): pyproject.toml
 	touch $(AGENTS_STAMP)
 
 # LangChain's own agent tests, plain and with DeadlineMiddleware in every create_agent (listed
-# first, last, and first under with_deadlines; a deadline nobody reaches): fails on any test
-# that passes plain and fails with it, but for the allowlist's.
+# first, last, and first under with_deadlines), and under with_deadlines alone (a deadline nobody
+# reaches): fails on any test that passes plain and fails in a mode, but for the allowlist's.
 agents-suite: $(AGENTS_STAMP)
 	$(AGENTS)/bin/python scripts/agents_suite/run.py
 

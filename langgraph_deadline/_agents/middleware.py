@@ -94,7 +94,11 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       so the model can plan fewer calls when time is short.
 
     List it first in `middleware=[...]`: it then wraps the others, so their retries and waits
-    (`ModelRetryMiddleware`, `ToolRetryMiddleware`) are cut at the budget too.
+    (`ModelRetryMiddleware`, `ToolRetryMiddleware`) are cut at the budget too. It may go
+    anywhere, and the agent may be under `with_deadlines` too: the other middleware see the
+    same requests and responses (a tool's own `ToolMessage`), the graph has the same edges and
+    LangChain the same checks, and a run takes two more steps (the run's start and end) against
+    `recursion_limit`. Every difference is listed in docs/howto/agents.md.
 
     Raises:
         TypeError, ValueError: a time is not a finite number >= 0, `tokens_per_second` <= 0,

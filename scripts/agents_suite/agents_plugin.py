@@ -3,8 +3,9 @@ every `create_agent` (a deadline nobody reaches, so nothing should change).
 
 Loaded by `run.py` with `-p agents_plugin`; `LGD_AGENTS_MODE` says where the middleware goes:
 `plain` (nowhere: the plugin only writes each test's outcome), `first` (listed first, as the
-docs say), `last` (appended after the test's own middleware) or `wrapped` (listed first, and the
-agent wrapped by `with_deadlines`). `LGD_SUITE_OUT` names the JSON-lines file the outcomes go
+docs say), `last` (appended after the test's own middleware), `wrapped` (listed first, and the
+agent wrapped by `with_deadlines`) or `graph` (no middleware: the agent wrapped by
+`with_deadlines` alone). `LGD_SUITE_OUT` names the JSON-lines file the outcomes go
 to (written by the LangGraph suite's plugin, loaded too).
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 TIMEOUT = 600.0
-MODES = ("plain", "first", "last", "wrapped")
+MODES = ("plain", "first", "last", "wrapped", "graph")
 MEMORY = 6 * 2**30
 """Each test process's address space, at most: a test that loops (a graph that never ends)
 fails with a MemoryError instead of taking the machine's memory."""
@@ -33,10 +34,10 @@ def _insert_middleware(mode: str) -> None:
     create_plain = langchain.agents.factory.create_agent
 
     def create_agent(*args: Any, middleware: Any = (), **kwargs: Any) -> Any:
-        ours = DeadlineMiddleware(timeout=TIMEOUT)
-        listed = [*middleware, ours] if mode == "last" else [ours, *middleware]
+        ours = [] if mode == "graph" else [DeadlineMiddleware(timeout=TIMEOUT)]
+        listed = [*middleware, *ours] if mode == "last" else [*ours, *middleware]
         agent = create_plain(*args, middleware=listed, **kwargs)
-        return with_deadlines(agent, timeout=TIMEOUT) if mode == "wrapped" else agent
+        return with_deadlines(agent, timeout=TIMEOUT) if mode in ("wrapped", "graph") else agent
 
     langchain.agents.factory.create_agent = create_agent  # type: ignore[assignment]
     langchain.agents.create_agent = create_agent  # type: ignore[assignment]

@@ -1,12 +1,12 @@
 """LangChain's own agent tests, run plain and then with `DeadlineMiddleware` in every
 `create_agent`: listed first, listed last, and listed first with the agent wrapped by
-`with_deadlines`.
+`with_deadlines`; and with the agent wrapped by `with_deadlines` alone (`graph`).
 
 A deadline nobody reaches must change nothing: a test that passes plain and fails in a mode is
 a break of the drop-in promise, unless `allowlist.txt` names it (`MODE test  # reason`, or `*`
-for every mode). Downloads the sdist of the `langchain` installed here (PyPI ships its
-`tests/`), runs `tests/unit_tests/agents` on two workers in each mode, prints the counts and
-exits 1 on any unexpected difference.
+for every mode with the middleware). Downloads the sdist of the `langchain` installed here
+(PyPI ships its `tests/`), runs `tests/unit_tests/agents` on two workers in each mode, prints
+the counts and exits 1 on any unexpected difference.
 
     python scripts/agents_suite/run.py [--keep DIR] [--modes first,last] [pytest args]
 """
@@ -23,16 +23,18 @@ sys.path.insert(0, str(HERE.parent / "langgraph_suite"))
 
 from run import allowlist, check, run_tests, sdist  # noqa: E402
 
-MODES = ("first", "last", "wrapped")
+MODES = ("first", "last", "wrapped", "graph")
+WITH_MIDDLEWARE = ("first", "last", "wrapped")
 PLUGINS = [HERE.parent / "langgraph_suite" / "plugin.py", HERE / "agents_plugin.py"]
 
 
 def _allowed(mode: str) -> dict[str, str]:
-    """The allowlisted tests of `mode` (lines `MODE test  # reason`; `*` is every mode)."""
+    """The allowlisted tests of `mode` (lines `MODE test  # reason`; `*` is every mode with the
+    middleware)."""
     allowed: dict[str, str] = {}
     for entry, reason in allowlist(HERE / "allowlist.txt").items():
         which, _, test = entry.partition(" ")
-        if which in ("*", mode):
+        if which == mode or (which == "*" and mode in WITH_MIDDLEWARE):
             allowed[test.strip()] = reason
     return allowed
 
