@@ -5,6 +5,7 @@ agent tests the same way)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -196,3 +197,19 @@ async def test_sync_invoke_from_async_code_does_not_block_the_loop_on_a_lock(
     assert out["messages"][-1].content == "done"
     if with_ours:
         assert [r.status for r in out["deadline_trace"]] == [StepStatus.COMPLETED]
+
+
+# -- 6. the output is JSON-friendly --------------------------------------------------------------
+
+
+def test_the_outputs_fields_other_than_messages_dump_to_json_as_without_it() -> None:
+    plain = _agent(False, tools=[lookup], script=_calls_lookup(1)).invoke(ask())
+    out = _agent(True, tools=[lookup], script=_calls_lookup(1)).invoke(ask())
+    others = {k: v for k, v in out.items() if k != "messages"}
+    assert set(others) == {"deadline", "deadline_outcome", "deadline_trace"} | set(plain) - {
+        "messages"
+    }
+    data = json.loads(json.dumps(others))
+    assert data["deadline_outcome"]["terminal"] == "completed"
+    assert [r["kind"] for r in data["deadline_trace"]] == ["model", "tool", "model"]
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED  # the public type, as before

@@ -253,7 +253,7 @@ class _ClosingWith(MultiServerMCPClient):
 async def test_a_reply_arriving_while_mcp_tools_closes_is_dropped(stdio_log: ServerLog) -> None:
     client = _ClosingWith(stdio_log, anyio.BrokenResourceError())
     async with mcp_tools(client, default=CAP) as tools:
-        assert [t.name for t in tools] == ["slow_lookup", "straggling_lookup"]
+        assert [t.name for t in tools] == ["slow_lookup", "straggling_lookup", "noisy_lookup"]
 
 
 async def test_any_other_error_on_closing_mcp_tools_is_raised(stdio_log: ServerLog) -> None:
@@ -301,3 +301,23 @@ async def test_a_transport_broken_at_start_raises_its_error_not_generator_didnt_
         async with mcp_tools(client):
             pass
     assert _leaves(ours.value)[0].__class__ is _leaves(plain.value)[0].__class__
+
+
+async def test_session_wide_callbacks_are_told_the_tool_call_as_with_a_session_per_call(
+    stdio_log: ServerLog,
+) -> None:
+    from langchain_mcp_adapters.callbacks import CallbackContext, Callbacks
+
+    told: list[CallbackContext] = []
+
+    async def on_logging_message(params: Any, context: CallbackContext) -> None:
+        told.append(context)
+
+    client = stdio_client(stdio_log)
+    client.callbacks = Callbacks(on_logging_message=on_logging_message)
+    (plain,) = [t for t in await client.get_tools() if t.name == "noisy_lookup"]
+    await plain.ainvoke({"call": "a"})
+    async with mcp_tools(client) as tools:
+        (ours,) = [t for t in tools if t.name == "noisy_lookup"]
+        await ours.ainvoke({"call": "b"})
+    assert [(c.server_name, c.tool_name) for c in told] == [("slow", "noisy_lookup")] * 2
