@@ -302,10 +302,11 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        """The tool call under its budget; past it, a timeout message for the model."""
+        """The tool call under its budget; past it, a timeout message for the model. A call
+        of a tool the agent does not have (`request.tool` None) is budgeted too: a middleware
+        listed after this one may run it (a tool added at run time), or ToolNode answers it
+        with its own error."""
         tool = request.tool
-        if tool is None:  # not a tool of this agent: ToolNode answers with its own error
-            return await handler(request)
         plan = tool_plan(self.settings, request, sync=getattr(tool, "coroutine", True) is None)
         if plan.skip:
             return ran_out(request, plan, skipped(plan), [])
@@ -330,8 +331,6 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ToolResult:
         """Sync: past its budget the tool's thread is abandoned (it cannot be killed)."""
         tool = request.tool
-        if tool is None:
-            return handler(request)
         plan = tool_plan(self.settings, request, sync=True)
         if plan.skip:
             return ran_out(request, plan, skipped(plan), [])

@@ -1,5 +1,5 @@
 """The LangChain `create_agent` seams the middleware plugs into, in one place (checked against
-langchain 1.5; `tests/agents/test_seams.py` fails loudly when one changes shape).
+langchain 1.5; `tests/agents/test_dropin.py` fails loudly when one changes shape).
 
 `create_agent` decides from a middleware's class whether it "wraps tool calls": when one does,
 it gives even a tool-less agent a `tools` node (whose edge obeys any `jump_to`) and leaves out

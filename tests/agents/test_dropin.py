@@ -125,6 +125,40 @@ def test_an_undeclared_jump_is_ignored_as_without_the_middleware() -> None:
     assert _messages(out) == _messages(plain)
 
 
+class _RunsADynamicTool(AgentMiddleware[AgentState[Any], Any, Any]):
+    """LangChain's pattern for a tool added at run time: offered in `wrap_model_call`, run in
+    `wrap_tool_call`."""
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(request.override(tools=[*request.tools, lookup]))
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        if request.tool_call["name"] == "lookup":
+            return handler(request.override(tool=lookup))
+        return handler(request)
+
+
+def test_a_tool_less_agent_whose_middleware_runs_a_dynamic_tool_gets_it_budgeted() -> None:
+    plain = _agent(False, middleware=[_RunsADynamicTool()], script=_calls_lookup(1)).invoke(ask())
+    out = _agent(True, middleware=[_RunsADynamicTool()], script=_calls_lookup(1)).invoke(ask())
+    assert _messages(out) == _messages(plain)
+    assert [r.name for r in out["deadline_trace"] if r.kind == "tool"] == ["lookup"]
+
+
+def test_to_anyone_but_create_agent_the_middleware_wraps_tool_calls() -> None:
+    for hook in ("wrap_tool_call", "awrap_tool_call"):
+        assert getattr(DeadlineMiddleware, hook) is not getattr(AgentMiddleware, hook)
+        assert callable(getattr(DeadlineMiddleware(), hook))
+
+
 def test_with_tools_the_middleware_budgets_them() -> None:
     out = _agent(True, tools=[lookup], script=_calls_lookup(1)).invoke(ask())
     (record,) = [r for r in out["deadline_trace"] if r.kind == "tool"]
