@@ -125,16 +125,9 @@ def test_an_undeclared_jump_is_ignored_as_without_the_middleware() -> None:
     assert _messages(out) == _messages(plain)
 
 
-class _RunsADynamicTool(AgentMiddleware[AgentState[Any], Any, Any]):
+class _RunsADynamicTool(_AddsAnUnknownTool):
     """LangChain's pattern for a tool added at run time: offered in `wrap_model_call`, run in
     `wrap_tool_call`."""
-
-    def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
-        return handler(request.override(tools=[*request.tools, lookup]))
 
     def wrap_tool_call(
         self,
