@@ -34,12 +34,14 @@ AGENTS_TEST  := pytest pytest-timeout 'pytest-xdist[psutil]' pytest-asyncio pyte
 .PHONY: demo test test-lowest test-bare suite agents-suite lint docs bench clean
 
 $(STAMP): pyproject.toml
+	@echo "First run: installing the package and the development tools in $(VENV)/ (a few minutes, once)..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e . --group dev
 	touch $(STAMP)
 
 $(DEMO_STAMP): pyproject.toml
+	@echo "First run: installing the package and its demo extra in $(DEMO_VENV)/ (about 30 s, once)..."
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(DEMO_VENV)/bin/python -m pip install --quiet -e '.[demo]'

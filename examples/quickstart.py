@@ -44,13 +44,14 @@ graph = with_deadlines(builder, timeout=5.0, caps={"search": 2.0}, min_viable={"
 
 stock = SlowServer(default_delay=0.0)  # a local stock service: GET /slow answers after
 # default_delay seconds
+http = httpx.AsyncClient()  # one client for the process, shared by every call
 
 
 @deadline_tool(timeout=0.5, read_only=True, cache=InMemoryStaleCache())
 async def stock_level(sku: str) -> str:
     """Current stock level for a SKU."""
-    async with httpx.AsyncClient(timeout=client_timeout(0.5)) as client:  # never 0
-        r = await client.get(stock.url("/slow"), params={"sku": sku})
+    params = {"sku": sku}
+    r = await http.get(stock.url("/slow"), params=params, timeout=client_timeout(0.5))  # never 0
     return r.text
 
 
@@ -66,6 +67,7 @@ async def main() -> None:
         print((await stock_level.ainvoke(call, config)).content)  # a live answer, cached
         stock.default_delay = 2.0  # the service now hangs
         print((await stock_level.ainvoke(call, config)).content)  # the cached answer, stale
+    await http.aclose()
 
 
 if __name__ == "__main__":

@@ -5,12 +5,14 @@ needs, is really cancelled at its budget, and ends in a named terminal the calle
 """
 
 from importlib import metadata as _metadata
+from typing import Any as _Any
 
 from ._agents.model import BudgetedModel, budgeted_model
-from ._core.clock import Clock, ManualClock, SystemClock
+from ._core.clock import Clock, SystemClock
 from ._core.context import check, client_timeout, current_deadline, deadline_scope, remaining
 from ._core.deadline import Deadline, earliest
 from ._core.errors import DeadlineExceeded, ScopeFrame
+from ._core.moved import moved as _moved
 from ._core.observe import set_default_factory as _set_default_factory
 from ._core.records import Outcome, StepRecord, StepStatus, Terminal
 from ._core.timeouts import ToolTimeout, timeout_message
@@ -49,7 +51,6 @@ __all__ = [
     "LatencyBook",
     "LatencySketch",
     "Learned",
-    "ManualClock",
     "Outcome",
     "ScopeFrame",
     "StaleCache",
@@ -83,3 +84,10 @@ __version__ = _metadata.version("langgraph-deadline")
 
 # The core emits to observers; which ones a process gets by default is the instrument layer's call.
 _set_default_factory(_default_observers)
+
+# Names that moved to the public module that owns them; the old path warns for one release.
+_MOVED = {"ManualClock": "langgraph_deadline.testing"}
+
+
+def __getattr__(name: str) -> _Any:
+    return _moved(__name__, name, _MOVED)

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ._core.extras import install_hint, require_extra
-from ._core.validate import check_seconds
+from ._core.validate import MAX_SECONDS
 
 if TYPE_CHECKING:
     from ._report.trace import Trace
@@ -22,14 +23,25 @@ STEPS_DRAWN = 4
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="langgraph-deadline")
-    sub = parser.add_subparsers(dest="command", required=True)
+    """Run the command line (`argv` defaults to `sys.argv[1:]`); return the exit status. With
+    no command it prints its help."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="langgraph-deadline",
+        description="One deadline for a whole LangGraph run: see it at work (demo), or read "
+        "where the budget went in recorded traces (report).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,report}")
     demo = sub.add_parser(
         "demo",
         help="a real multi-hop agent against local servers: naive timeouts vs one deadline "
         "(plain, with hedged lookups, with learned caps)",
     )
-    demo.add_argument("--budget", type=float, default=4.0, help="the run's deadline, seconds")
+    demo.add_argument(
+        "--budget", type=_budget, default=4.0, help="the run's deadline, seconds (default 4)"
+    )
     demo.add_argument(
         "--base-url",
         help="a real OpenAI-compatible endpoint (default: a local streaming server)",
@@ -84,7 +96,22 @@ def main(argv: list[str] | None = None) -> int:
         return _demo(args)
     if args.command == "report":
         return _report(parser, args)
-    return 2
+    parser.print_help()
+    return 0
+
+
+def _budget(text: str) -> float:
+    """`--budget`: seconds, more than 0 (argparse turns the error into a usage message that
+    names the option)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0.0 < seconds <= MAX_SECONDS:  # NaN included
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds more than 0 (and at most 100 years), got {text!r}"
+        )
+    return seconds
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -95,7 +122,7 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     from ._apps.demo import DemoOptions, run_demo
 
-    budget = check_seconds(args.budget, "--budget")
+    budget: float = args.budget
     opts = DemoOptions(
         budget=budget,
         base_url=args.base_url,

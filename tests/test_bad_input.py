@@ -15,10 +15,12 @@ from langgraph.graph import START, StateGraph
 from langgraph_deadline import (
     Deadline,
     DeadlineState,
+    LatencyBook,
     budgeted,
     deadline_scope,
     deadline_tool,
     deadline_tools,
+    learned,
     terminal_of,
     with_deadlines,
 )
@@ -233,6 +235,61 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: DeadlineMiddleware(fallback_models=["gpt-4o-mini"]),  # type: ignore[list-item]
         TypeError,
         r"fallback_models\[0\]",
+    ),
+    # Settings under which a step could never run: refused, naming the arguments.
+    (
+        "a node's min_viable above its own cap",
+        lambda: with_deadlines(_builder(), caps={"a": 1}, min_viable={"a": 2}),
+        ValueError,
+        r"min_viable\['a'\] \(2 s\) is more than caps\['a'\] \(1 s\): it could never start",
+    ),
+    (
+        "a node's min_viable above default_cap",
+        lambda: with_deadlines(_builder(), default_cap=1, min_viable={"a": 2}),
+        ValueError,
+        r"min_viable\['a'\] \(2 s\) is more than default_cap \(1 s\)",
+    ),
+    (
+        "a node capped at 0",
+        lambda: with_deadlines(_builder(), caps={"a": 0}),
+        ValueError,
+        r"^caps\['a'\] must be more than 0 seconds",
+    ),
+    (
+        "default_cap 0",
+        lambda: with_deadlines(_builder(), default_cap=0.0),
+        ValueError,
+        "^default_cap must be more than 0 seconds",
+    ),
+    (
+        "budgeted capped at 0",
+        lambda: budgeted(lambda s: s, cap=0),
+        ValueError,
+        "^cap must be more than 0 seconds",
+    ),
+    (
+        "a tool with a timeout of 0",
+        lambda: deadline_tool(lookup, timeout=0),
+        ValueError,
+        "^timeout must be more than 0 seconds, got 0: a step capped at 0 s never starts",
+    ),
+    (
+        "deadline_tools' cap 0",
+        lambda: deadline_tools([lookup], caps={"lookup": 0}),
+        ValueError,
+        r"^caps\['lookup'\] must be more than 0 seconds",
+    ),
+    (
+        "learned with min_samples 0",
+        lambda: learned(LatencyBook(listen=False), min_samples=0),
+        ValueError,
+        "^min_samples must be >= 1",
+    ),
+    (
+        "learned with a cap of 0",
+        lambda: learned(LatencyBook(listen=False), cap=0),
+        ValueError,
+        "^cap must be more than 0 seconds",
     ),
 ]
 

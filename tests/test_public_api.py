@@ -1,7 +1,19 @@
 from __future__ import annotations
 
+import pytest
+
 import langgraph_deadline
 import langgraph_deadline.testing
+
+PUBLIC_MODULES = (
+    "langgraph_deadline",
+    "langgraph_deadline.agents",
+    "langgraph_deadline.asgi",
+    "langgraph_deadline.http",
+    "langgraph_deadline.instrument",
+    "langgraph_deadline.mcp",
+    "langgraph_deadline.testing",
+)
 
 DOCUMENTED = {
     "BudgetedModel",
@@ -23,7 +35,6 @@ DOCUMENTED = {
     "deadline_tool",
     "deadline_tools",
     "timeout_message",
-    "ManualClock",
     "Outcome",
     "ScopeFrame",
     "StepRecord",
@@ -55,6 +66,43 @@ def test_all_is_the_documented_surface() -> None:
     assert set(langgraph_deadline.__all__) == DOCUMENTED
     for name in DOCUMENTED:
         assert hasattr(langgraph_deadline, name), name
+
+
+def test_no_name_is_exported_from_two_public_modules() -> None:
+    import importlib
+
+    homes: dict[str, list[str]] = {}
+    for module in PUBLIC_MODULES:
+        for name in importlib.import_module(module).__all__:
+            homes.setdefault(name, []).append(module)
+    assert {name: where for name, where in homes.items() if len(where) > 1} == {}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "name"),
+    [
+        ("langgraph_deadline", "langgraph_deadline.testing", "ManualClock"),
+        ("langgraph_deadline.agents", "langgraph_deadline", "budgeted_model"),
+        ("langgraph_deadline.agents", "langgraph_deadline", "BudgetedModel"),
+    ],
+)
+def test_a_moved_name_still_imports_from_its_old_module_with_a_warning_naming_the_new(
+    old: str, new: str, name: str
+) -> None:
+    import importlib
+
+    with pytest.warns(
+        DeprecationWarning, match=rf"^{old}\.{name} has moved: from {new} import {name} "
+    ) as warned:
+        found = getattr(importlib.import_module(old), name)
+    assert [w.filename for w in warned] == [__file__]  # the line that used the old path
+    assert found is getattr(importlib.import_module(new), name)
+    assert name not in importlib.import_module(old).__all__
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="has no attribute 'ManualClok'"):
+        _ = langgraph_deadline.ManualClok  # type: ignore[attr-defined]
 
 
 def test_testing_kit_surface() -> None:
@@ -136,7 +184,7 @@ def test_every_public_name_is_in_the_api_reference() -> None:
 
     api = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
     documented = {d.rsplit(".", 1)[-1] for d in re.findall(r"^::: ([\w.]+)", api, re.M)}
-    for module in ("", ".instrument", ".http", ".asgi", ".testing", ".agents", ".mcp"):
-        names = importlib.import_module("langgraph_deadline" + module).__all__
+    for module in PUBLIC_MODULES:
+        names = importlib.import_module(module).__all__
         missing = sorted(set(names) - documented)
-        assert not missing, f"langgraph_deadline{module}: {missing} not in docs/api.md"
+        assert not missing, f"{module}: {missing} not in docs/api.md"

@@ -101,12 +101,15 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     `recursion_limit`. Every difference is listed in docs/howto/agents.md.
 
     Raises:
-        TypeError, ValueError: a time is not a finite number >= 0, `tokens_per_second` <= 0,
-            `tool_caps` is not a mapping, or the settings cannot fit (`reserve >= timeout`,
-            `model_min_viable` above `timeout` less `reserve`, or above `model_cap`);
+        TypeError, ValueError: a time is not a finite number >= 0 (or a cap is 0),
+            `tokens_per_second` <= 0, `tool_caps` is not a mapping, or the settings cannot
+            fit (`reserve >= timeout`, `model_min_viable` above `timeout` less `reserve`, or
+            above `model_cap`);
             `fallback_models` empty, holding a non-model or two models of one name;
             `latency_book` without `fallback_models` or `budget_note`; `fallback_quantile`
             outside (0, 1); `budget_note` not a bool.
+        ValueError: at the agent's first model call, `tool_caps` naming a tool the agent
+            does not have (the tools are known only then).
     """
 
     state_schema = DeadlineAgentState
@@ -257,6 +260,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """The model call under its budget: cancelled at it, then the graceful ending. One that
         cannot fit (or comes after the run ended) is not made: the agent ends, in words."""
+        self.settings.check_tool_names(request.tools)
         if (ended := _ended(self.settings, request)) is not None:
             return ended
         if self.settings.fallbacks is not None:
@@ -277,6 +281,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """Sync: the call runs on a worker thread the run stops waiting for at the budget (the
         thread cannot be killed: recorded `abandoned`); its token stream stops at the next chunk."""
+        self.settings.check_tool_names(request.tools)
         if (ended := _ended(self.settings, request)) is not None:
             return ended
         if self.settings.fallbacks is not None:

@@ -25,11 +25,10 @@ from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.config import merge_configs
 
 from .._core.errors import DeadlineExceeded
-from .._core.plan import Plan, plan_step
+from .._core.plan import Plan, plan_step, run_from_config
 from .._core.record import record_child
 from .._core.records import StepStatus
 from .._core.run import StepResult, run_async, run_sync
-from .._core.tracker import run_from_config
 from .._core.validate import check_cap, check_seconds
 from .._graph.seams import PASSTHROUGH
 from .._graph.streams import stopping_streams

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from .._core.rules import StepRule
-from .._core.validate import check_cap, check_fits, check_limit, check_mapping, check_seconds
+from .._core.validate import (
+    check_cap,
+    check_fits,
+    check_limit,
+    check_mapping,
+    check_seconds,
+    check_step_cap,
+)
 from .._learn.book import LatencyBook
 from .fallback import Fallbacks
 from .provider import Rate, check_rate
@@ -52,7 +59,7 @@ class MiddlewareSettings:
                 }
             ),
             "default_tool_cap": check_limit(self.default_tool_cap, "default_tool_cap"),
-            "model_cap": check_cap(self.model_cap, "model_cap"),
+            "model_cap": check_step_cap(self.model_cap, "model_cap"),
             "model_min_viable": check_seconds(self.model_min_viable, "model_min_viable"),
             "tokens_per_second": check_rate(self.tokens_per_second),
         }
@@ -72,6 +79,30 @@ class MiddlewareSettings:
                 f"({self.model_cap} s): no model call could start"
             )
 
+    def check_tool_names(self, tools: Sequence[object]) -> None:
+        """Refuse `tool_caps` naming a tool the agent does not have (a typo would leave the
+        tool it meant uncapped): `tools` are a model call's, the first moment the agent's tools
+        are known (a `BaseTool`'s name, or a provider tool's `name`).
+
+        Raises:
+            ValueError: naming the unknown tools and the agent's.
+        """
+        if not self.tool_caps:
+            return
+        names = {n for t in tools if isinstance(n := _tool_name(t), str)}
+        unknown = sorted(set(self.tool_caps) - names)
+        if unknown:
+            raise ValueError(
+                f"tool_caps names unknown tools {unknown}; the agent's tools are {sorted(names)}"
+            )
+
     def tool_cap(self, name: str) -> float | StepRule | None:
         """The cap of tool `name`: its own in `tool_caps`, else `default_tool_cap`."""
         return self.tool_caps.get(name, self.default_tool_cap)
+
+
+def _tool_name(tool: object) -> object:
+    if isinstance(tool, Mapping):  # a provider's tool spec: {"name": ...} or OpenAI's form
+        function = tool.get("function")
+        return function.get("name") if isinstance(function, Mapping) else tool.get("name")
+    return getattr(tool, "name", None)

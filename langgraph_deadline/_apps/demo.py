@@ -35,10 +35,18 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 
-from .. import DeadlineState, Hedge, LatencyBook, Learned, Outcome, deadline_tools, with_deadlines
+from .. import (
+    DeadlineState,
+    Hedge,
+    LatencyBook,
+    Learned,
+    Outcome,
+    deadline_tools,
+    with_deadlines,
+)
 from ..instrument import JsonlTraceWriter, set_observers
 from .demo_learned import learned_note, learned_rule, warm_up
-from .demo_output import Row, answer_of, lookups_answered, plot, table
+from .demo_output import Row, Span, answer_of, lookups_answered, plot, quiet_run_log, span_of, table
 
 __all__ = ["DemoOptions", "run_demo"]
 
@@ -198,11 +206,12 @@ async def _one(
         if trace is not None:
             writer = JsonlTraceWriter(trace)
             set_observers([writer])
-        t0 = time.monotonic()
+        t0, started_at = time.monotonic(), time.time()
         deadline = t0 + opts.budget
         last: dict[str, Any] = {}
         lookups_done = None
         reported: set[str] = set()
+        nodes: list[Span] = []  # each node's start and end, as the stream told them
         try:
             question = {"messages": [HumanMessage("Where is my order 42, and when will it ship?")]}
             async for mode, chunk in graph.astream(question, stream_mode=["updates", "values"]):
@@ -214,7 +223,8 @@ async def _one(
                             continue
                         reported.add(node)
                         lookups_done = at if node == "tools" else lookups_done
-                        opts.progress(f"  {label:<20} {at:5.2f} s  {node} done")
+                        nodes.append(span_of(node, chunk, nodes[-1].end if nodes else 0.0, at))
+                        opts.progress(f"  {label:<20} {at:5.2f} s  {node} {nodes[-1].said}")
                 elif isinstance(chunk, dict):
                     last = chunk
         finally:
@@ -246,6 +256,8 @@ async def _one(
             else len(fake.requests_after(deadline)),
             lookups_answered=lookups_answered(last),
             answer=answer_of(last),
+            started_at=started_at,
+            nodes=tuple(nodes),
         )
 
 
@@ -273,8 +285,9 @@ def run_demo(opts: DemoOptions) -> str:
             finally:
                 book.detach()
             rows = [naive, ours, hedged, smart]
-            where = plot(trace, opts.plot, rows) if opts.plot else ""
+            where = plot(trace, opts.plot, rows, traced=ours, beside=naive) if opts.plot else ""
         return rows, [note], where
 
-    rows, notes, where = asyncio.run(all_runs())
+    with quiet_run_log():
+        rows, notes, where = asyncio.run(all_runs())
     return table(rows, len(LOOKUPS), notes) + ("\n\n" + where if where else "")

@@ -1,17 +1,31 @@
 """What the demo shows: one row per run, the side-by-side table, what each user received, and
-the picture (the deadline run's waterfall, with every run's answer)."""
+the picture (the naive and the deadline run's waterfalls, with every run's answer)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 
-__all__ = ["Row", "answer_of", "lookups_answered", "plot", "table"]
+from .. import StepRecord, StepStatus, Terminal
+from .._report.trace import TraceRun
+
+__all__ = [
+    "Row",
+    "Span",
+    "answer_of",
+    "lookups_answered",
+    "plot",
+    "quiet_run_log",
+    "span_of",
+    "table",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -26,6 +40,73 @@ class Row:
     model_requests_after_deadline: int | None
     lookups_answered: int
     answer: str  # what the user received: the run's last assistant message
+    started_at: float = 0.0  # epoch seconds
+    nodes: tuple[Span, ...] = ()  # each node's time, as the run's stream told it
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Span:
+    """A node of a run, from the stream: when it started and ended (s from the run's start)."""
+
+    node: str
+    start: float
+    end: float
+    status: StepStatus
+
+    @property
+    def said(self) -> str:
+        """How the node ended, on the demo's progress line."""
+        if self.status is StepStatus.SKIPPED:
+            return "not started: no time left"
+        return "cut at its budget" if self.status.cut else "done"
+
+
+def span_of(node: str, update: Any, start: float, end: float) -> Span:
+    """`node`'s span, from its update: its own record says whether the deadline cut it (a node
+    with no record, the naive run's, completed)."""
+    records = (update.get(node) or {}).get("deadline_trace") or ()
+    found = (r.status for r in records if getattr(r, "name", None) == node)
+    return Span(node, start, end, next(found, StepStatus.COMPLETED))
+
+
+@contextlib.contextmanager
+def quiet_run_log() -> Iterator[None]:
+    """The table says how each run ended: the WARNING a run that did not complete writes is for
+    a server's log, not the demo's screen."""
+    log = logging.getLogger("langgraph_deadline")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _as_trace_run(row: Row) -> TraceRun:
+    """A run that left no trace (the naive one), drawn from its stream: one record per node."""
+    steps = tuple(
+        StepRecord(
+            name=span.node,
+            kind="node",
+            attempt=1,
+            remaining_ms=None,
+            requested_ms=None,
+            allocated_ms=None,
+            clamped=False,
+            elapsed_ms=(span.end - span.start) * 1000.0,
+            status=span.status,
+            started_at=row.started_at + span.start,
+        )
+        for span in row.nodes
+    )
+    return TraceRun(
+        run_id=row.label,
+        steps=steps,
+        terminal=Terminal.COMPLETED if row.terminal.startswith("completed") else None,
+        elapsed_ms=row.wall * 1000.0,
+        started_at=row.started_at,
+        deadline_at=row.started_at + row.budget,  # the user's budget: drawn as the deadline
+    )
 
 
 def answer_of(state: dict[str, Any]) -> str:
@@ -88,8 +169,9 @@ def table(rows: Sequence[Row], lookups: int, notes: Sequence[str] = ()) -> str:
     return "\n".join(out)
 
 
-def plot(trace: Path, path: str, rows: Sequence[Row]) -> str:
-    """Draw the traced run's waterfall and every run's answer into `path`; say where."""
+def plot(trace: Path, path: str, rows: Sequence[Row], *, traced: Row, beside: Row) -> str:
+    """Draw the `traced` run's waterfall, `beside`'s (from its stream) above it, and every
+    run's answer into `path`; say where."""
     try:
         from .._report.plot import write_plot
         from .._report.report import format_report
@@ -110,7 +192,9 @@ def plot(trace: Path, path: str, rows: Sequence[Row]) -> str:
             data.runs[-1],
             report_text=format_report(data, stats),
             answers=answers,
+            title=traced.label,
+            beside=[(beside.label, _as_trace_run(beside))],
         )
     except ImportError:
         return "(waterfall skipped: install the 'plot' extra for matplotlib)"
-    return f"waterfall of the deadline run: {out}"
+    return f"waterfalls of the {beside.label} and {traced.label} runs: {out}"

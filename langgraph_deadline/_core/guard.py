@@ -16,13 +16,12 @@ from typing import NoReturn, Self
 
 import anyio
 
-from .alarm import RunAlarm
 from .cancel import CancelSignal
 from .context import current_scopes, pop_step, push_step, step_scope
 from .cut import Cut
 from .deadline import Deadline
 from .errors import DeadlineExceeded, ScopeFrame
-from .tracker import RunTracker
+from .plan import RunAlarm, RunTracker
 
 __all__ = ["StepGuard"]
 

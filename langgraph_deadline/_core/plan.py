@@ -1,18 +1,45 @@
-"""A step's budget, decided once when it starts: `min(cap, remaining - reserve)`."""
+"""A run and its steps' budgets: each decided once, when the step starts, as
+`min(cap, remaining - reserve)`.
+
+- `RunTracker`: the run's bookkeeping, shared by every step of one run and carried in its config
+  (`run_from_config`): its deadline and reserve, its records, the plans of the steps in flight.
+- `Plan`, `plan_step`: a step's budget against every deadline it knows (the one in state, the
+  one in context, the run's).
+- `run_step_end`, `RunAlarm`: the one instant the run's clamped steps end at, and the one timer
+  for it (below).
+
+One module because it is one concept: a step is planned against its run, and the run holds the
+plans of its steps in flight, the instant they end at and the timer for that instant.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import random
 import time
-from typing import Final, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, Final, NamedTuple
 
+from .cancel import CancelSignal, current_signal
 from .clock import SYSTEM_CLOCK
 from .context import current_deadline
+from .cut import GRACE, Cut, Due
 from .deadline import Deadline
-from .records import StepKind, StepRecord, StepStatus
+from .observe import emit_step
+from .records import Outcome, StepKind, StepRecord, StepStatus
 from .rules import StepRule
-from .tracker import RunTracker
 
-__all__ = ["HANDOFF", "Plan", "plan_step", "run_step_end"]
+__all__ = [
+    "HANDOFF",
+    "RUN_KEY",
+    "Plan",
+    "RunAlarm",
+    "RunTracker",
+    "plan_step",
+    "run_from_config",
+    "run_step_end",
+]
 
 HANDOFF: Final = 0.01
 """Seconds a step clamped by an enclosing deadline ends before it, so that the step's own
@@ -88,9 +115,99 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
+# -- the run --------------------------------------------------------------------------------------
+
+
+def _run_id() -> str:
+    """A random 128-bit id, as hex: unique per run (a forked child reseeds `random`) and made
+    without `uuid.uuid4()`, which code under test mocks to count LangGraph's own ids."""
+    return f"{random.getrandbits(128):032x}"
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class RunTracker:
+    """Mutable, run-scoped bookkeeping shared by every step of one run (carried in its config)."""
+
+    deadline: Deadline | None
+    reserve: float = 0.0
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    records: list[StepRecord] = dataclasses.field(default_factory=list)
+    in_flight: dict[int, Plan] = dataclasses.field(default_factory=dict)
+    backstop_fired: bool = False
+    latest: Any = None
+    run_id: str = dataclasses.field(default_factory=_run_id)
+    interrupted: bool = False
+    emitted: bool = False
+    outcome: Outcome | None = None  # set by the step that ended the run early
+    signal: CancelSignal = dataclasses.field(default_factory=lambda: CancelSignal(current_signal()))
+    started_at: float = dataclasses.field(default_factory=time.time)
+    entry: object = None  # the graph whose ainvoke prepared this run, until its astream starts
+    resumable: bool = False  # checkpointed: a step cut mid-superstep can stay pending there
+    final: Any = None  # the state a run that ended early returns
+    final_news: bool = False  # that state says more than the stream did
+    keep_partial: bool = False  # a node cut mid-answer keeps the text it had streamed ...
+    partial: str = ""  # ... here, for the closing reply
+    owed: tuple[Any, ...] = ()  # answers (ToolMessages) a cut step owes the tool calls it was
+    # running, written with the outcome (a tuple: most runs owe none, and keep no list for it)
+    # The instant the run's nodes end at (its deadline less reserve and hand-off, for the
+    # deadline it was computed from), and the one timer for it (`RunAlarm`).
+    step_end: tuple[Deadline, Deadline] | None = None
+    alarm: RunAlarm | None = None
+    # Failed attempts so far per task of the framework's that retries them (made on first use).
+    failures: dict[str, int] | None = None
+    # The framework's names for this run (LangGraph's `run_id`, the `thread_id`), for the log.
+    origin: tuple[tuple[str, str], ...] = ()
+
+    def close_alarm(self) -> None:
+        """The run is over: its nodes' shared timer goes."""
+        if self.alarm is not None:
+            self.alarm.close()
+            self.alarm = None
+
+    def clock_now(self) -> float:
+        return time.monotonic()
+
+    def close(self, key: int, record: StepRecord) -> bool:
+        """Record a step once: after the backstop has closed a step, its late record is dropped."""
+        if self.in_flight.pop(key, None) is None and self.backstop_fired:
+            return False
+        self.records.append(record)
+        return True
+
+    def fire_backstop(self) -> list[StepRecord]:
+        """The run's own deadline hit: close every step still in flight; return their records."""
+        self.backstop_fired = True
+        closed = []
+        for plan in self.in_flight.values():
+            status = StepStatus.ABANDONED if plan.sync else StepStatus.TIMED_OUT
+            closed.append(plan.record(status, cancel_source="run_deadline"))
+        self.in_flight.clear()
+        self.records.extend(closed)
+        deadline_at = self.deadline.timestamp if self.deadline else None
+        for record in closed:
+            emit_step(record, self.run_id, deadline_at)
+        return closed
+
+
+RUN_KEY: Final = "__pregel_langgraph_deadline_run"
+"""Where a run's tracker rides in `config["configurable"]`. LangGraph leaves its `__pregel_` keys
+out of what users see of a config (checkpoints' metadata and debug events), and so this one."""
+
+
+def run_from_config(config: Mapping[str, Any] | None) -> RunTracker | None:
+    """The run's tracker, carried in `config["configurable"]` (a dunder key: never checkpointed)."""
+    if not config:
+        return None
+    run = config.get("configurable", {}).get(RUN_KEY)
+    return run if isinstance(run, RunTracker) else None
+
+
+# -- planning a step ------------------------------------------------------------------------------
+
+
 def run_step_end(run: RunTracker) -> Deadline:
     """The instant every step clamped by the run's own deadline ends at: the same `Deadline`
-    object for all of them, so that they can share one timer (`alarm.py`)."""
+    object for all of them, so that they can share one timer (`RunAlarm`)."""
     assert run.deadline is not None
     kept = run.step_end
     if kept is not None and kept[0] is run.deadline:
@@ -197,3 +314,85 @@ def plan_step(
         note=note,
         held=held,
     )
+
+
+# -- the run's one timer --------------------------------------------------------------------------
+_POLL = 0.005  # seconds between looks at the steps winding down, before the backstop
+
+
+class RunAlarm:
+    """One timer per run for the instant its clamped steps end at.
+
+    Every node of a run whose budget is the run's own deadline (less its reserve and the
+    hand-off) ends at the same instant (`run_step_end`). Rather than one event-loop timer per
+    node, the run keeps this one, armed on first use; the nodes' cuts join it while they run.
+    They are registered with the run's cancel signal anyway, so the alarm finds them there and
+    keeps no set of its own. A run that `ainvoke` started arms it at once, and it goes on to the
+    run's backstop: one timer for both instants. The backstop waits, up to the cuts' `GRACE`,
+    while a step already cut is still winding down: its cancellation would be that step's
+    second one.
+
+    Cancels the cuts registered with `signal` that joined it (`Cut.joined`), once its deadline
+    has passed; then, given `then` (a later deadline, a callback and its arguments: the run's
+    backstop), calls the callback at that deadline. `close()` when the run ends."""
+
+    __slots__ = ("_backstop_at", "_due", "_then", "fired", "loop", "signal")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        deadline: Deadline,
+        signal: CancelSignal,
+        then: tuple[Deadline, Callable[..., object], *tuple[object, ...]] | None = None,
+    ) -> None:
+        self.loop = loop
+        self.signal = signal
+        self.fired = False
+        self._then = then
+        self._backstop_at: float | None = None
+        # In an empty context (`Due`): armed inside the run's first node, that node's context
+        # would otherwise stay alive with the timer for the whole run.
+        self._due: Due | asyncio.TimerHandle | None = Due(loop, deadline, self._fire)
+
+    def _fire(self) -> None:
+        self.fired = True
+        then = self._then
+        cuts = self.joined()
+        if then is None:
+            self._due = None
+        else:
+            # The steps cut now get the hand-off to deliver their answers before the backstop,
+            # also when the loop stalled past both instants and this timer comes late: the run
+            # ends the same way whichever timer the stall let through first.
+            at = then[0]
+            if cuts:
+                at = max(at, Deadline._after(HANDOFF, at.clock))
+            self._due = Due(self.loop, at, self._backstop)
+        for cut in cuts:
+            cut.cancel()
+
+    def _backstop(self) -> None:
+        """The run's own deadline: call the backstop, once no step of the run that was cut is
+        still winding down (cancelled again in its clean-up, psycopg closes the connection of
+        a query it is cancelling in the server), or once `GRACE` has passed."""
+        now = self.loop.time()
+        if self._backstop_at is None:
+            self._backstop_at = now
+        if now - self._backstop_at < GRACE and any(
+            isinstance(s, Cut) and s.fired for s in self.signal.registered()
+        ):
+            self._due = self.loop.call_later(_POLL, self._backstop)
+            return
+        then, self._then, self._due = self._then, None, None
+        if then is not None:
+            then[1](*then[2:])
+
+    def joined(self) -> list[Cut]:
+        """The cuts on this timer now."""
+        return [s for s in self.signal.registered() if isinstance(s, Cut) and s.joined]
+
+    def close(self) -> None:
+        """Drop the timer (the run is over): it no longer keeps the run alive until then."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None

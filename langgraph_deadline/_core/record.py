@@ -6,8 +6,8 @@ from contextvars import ContextVar
 from typing import Final
 
 from .observe import emit_step
+from .plan import RunTracker
 from .records import StepRecord
-from .tracker import RunTracker
 
 __all__ = ["child_records", "commit_record", "record_child"]
 

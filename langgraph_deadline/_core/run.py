@@ -17,10 +17,9 @@ import anyio
 from .cancel import current_signal
 from .errors import DeadlineExceeded
 from .guard import StepGuard
-from .plan import Plan
+from .plan import Plan, RunTracker
 from .record import commit_record
 from .records import StepRecord, StepStatus
-from .tracker import RunTracker
 from .workers import Job
 from .workers import submit as _submit
 

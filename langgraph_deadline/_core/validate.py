@@ -22,7 +22,9 @@ __all__ = [
     "MAX_SECONDS",
     "MIN_EPOCH",
     "check_cap",
+    "check_caps_fit",
     "check_limit",
+    "check_step_cap",
     "check_viable",
     "ceiling_of",
     "floor_of",
@@ -126,12 +128,28 @@ def check_cap(value: object, name: str) -> float | None:
     return check_seconds(value, name)
 
 
+def check_step_cap(value: object, name: str) -> float | None:
+    """A step's cap: like `check_cap`, but 0 is refused: a step capped at 0 s never starts, and
+    every call of it would be skipped for want of a budget no run ever had.
+
+    Raises:
+        TypeError, ValueError: as `check_seconds`; or 0.
+    """
+    cap = check_cap(value, name)
+    if cap == 0.0:
+        raise ValueError(
+            f"{name} must be more than 0 seconds, got {show(value)}: a step capped at 0 s "
+            "never starts (for no cap, pass None)"
+        )
+    return cap
+
+
 def check_limit(value: object, name: str) -> float | StepRule | None:
     """A cap that may be learned: a `StepRule` (`learned(book, ...)`) is kept, anything else is
-    `check_cap`ped."""
+    `check_step_cap`ped."""
     if isinstance(value, StepRule):
         return value
-    return check_cap(value, name)
+    return check_step_cap(value, name)
 
 
 def check_viable(value: object, name: str) -> float | StepRule:
@@ -206,3 +224,31 @@ def check_fits(
                 f"{need_name} ({need:g} s) is more than {name} ({timeout:g} s): "
                 "it could never start"
             )
+
+
+def check_caps_fit(
+    caps: Mapping[str, float | StepRule | None],
+    min_viable: Mapping[str, float | StepRule],
+    *,
+    default_cap: float | None,
+    own_cap: str | None = None,
+) -> None:
+    """Refuse a step whose `min_viable` is above its cap (its own in `caps`, else `default_cap`,
+    which does not apply to `own_cap`, a step with no default): it could never start.
+
+    Raises:
+        ValueError: naming both settings, as the user wrote them.
+    """
+    for step, need in min_viable.items():
+        if step in caps:
+            cap, label = caps[step], f"caps[{step!r}]"
+        elif step != own_cap:
+            cap, label = default_cap, "default_cap"
+        else:
+            continue
+        check_fits(
+            ceiling_of(cap),
+            reserve=0.0,
+            needs={f"min_viable[{step!r}]": floor_of(need)},
+            name=label,
+        )

@@ -9,8 +9,8 @@ from typing import Any
 from langgraph.types import Command, Overwrite
 
 from .._core.deadline import Deadline
+from .._core.plan import RunTracker
 from .._core.records import Outcome
-from .._core.tracker import RunTracker
 from .state import deadline_from_state
 
 __all__ = [

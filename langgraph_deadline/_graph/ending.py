@@ -12,11 +12,10 @@ from langchain_core.messages import ToolMessage
 from langgraph.errors import GraphDrained
 
 from .._core.errors import DeadlineExceeded
-from .._core.plan import Plan
+from .._core.plan import Plan, RunTracker
 from .._core.record import commit_record
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal
 from .._core.run import StepResult
-from .._core.tracker import RunTracker
 from .inputs import plain_input
 from .messages import close_pending, open_tool_calls
 from .retries import policies, retries_on, would_not_fit

@@ -21,8 +21,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Command, Overwrite
 
+from .._core.plan import RUN_KEY, RunTracker
 from .._core.records import Outcome, StepRecord, Terminal
-from .._core.tracker import RUN_KEY, RunTracker
 from .messages import answer_open_calls, ending_messages, is_ending, messages_of
 from .resume import akeep_deadline, keep_deadline, saved
 from .state import RUN_OVER

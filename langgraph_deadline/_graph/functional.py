@@ -17,9 +17,9 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
+from .._core.plan import RunTracker
 from .._core.rules import StepRule
-from .._core.tracker import RunTracker
-from .._core.validate import check_fits, check_limit, check_viable, floor_of
+from .._core.validate import check_caps_fit, check_fits, check_limit, check_viable, floor_of
 from .graph import DeadlineRuns
 from .seams import PREVIOUS, runs_on_a_thread, scheduling_with
 from .settings import GraphSettings, NodeSettings
@@ -95,12 +95,17 @@ class _EntryStep(Runnable[Any, Any]):
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         bound = self._bound
         with scheduling_with(config or {}, self._tasks.scheduler) as cfg:
-            return self._step.call(None, cfg, lambda c: kept(bound.invoke, (input, c), {}))[0]
+            value = self._step.call(None, cfg, lambda c: kept(bound.invoke, (input, c), {}))
+        if isinstance(value, tuple):  # the body returned: every task it meant to call was called
+            self._tasks.check_names(self._step.name)
+        return value[0]
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         with scheduling_with(config or {}, self._tasks.scheduler) as cfg:
             body = functools.partial(akept, self._bound.ainvoke, (input, cfg), {})
             value = await self._step.acall(None, cfg, body, on_thread=self._on_thread)
+        if isinstance(value, tuple):  # the body returned: every task it meant to call was called
+            self._tasks.check_names(self._step.name)
         return value[0]
 
 
@@ -128,6 +133,7 @@ def wrap_entrypoint(
     needs = {f"min_viable[{k!r}]": floor_of(v) + reserve for k, v in min_viable.items()}
     check_fits(timeout, reserve=reserve, needs=needs)
     [(name, node)] = graph.nodes.items()
+    check_caps_fit(caps, min_viable, default_cap=default_cap, own_cap=name)
     retry = graph.retry_policy or None  # the entrypoint's, and its tasks' without their own
     tasks = TaskBudgets(caps=caps, min_viable=min_viable, default_cap=default_cap, retry=retry)
     mine = NodeSettings(cap=caps.get(name), min_viable=min_viable.get(name, 0.0), retry=retry)

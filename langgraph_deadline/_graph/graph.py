@@ -20,13 +20,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 from langgraph.types import Command, Overwrite, StateUpdate
 
-from .._core.alarm import RunAlarm
 from .._core.cut import Cut
 from .._core.deadline import earliest
 from .._core.errors import DeadlineExceeded
-from .._core.plan import run_step_end
+from .._core.plan import RUN_KEY, RunAlarm, RunTracker, run_step_end
 from .._core.records import Outcome
-from .._core.tracker import RUN_KEY, RunTracker
 from .chunks import NotedStream, closing, completed_chunks, deadline_given, note_chunk
 from .ends import (
     afinal_state,
@@ -50,7 +48,7 @@ from .seams import DRAIN_REASON, check_thread
 from .served import request_limit
 from .settings import GraphSettings
 from .state import fresh_run_update
-from .terminal import emit_run_outcome, final_outcome, raised, reraise_with_state
+from .terminal import emit_run_outcome, final_outcome, origin_of, raised, reraise_with_state
 
 __all__ = ["DeadlineGraph", "DeadlineRuns"]
 
@@ -133,7 +131,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         d = earliest(given, limit)  # a resume's joins the thread's: see `resume`
         if settings.has_fields and isinstance(input, Mapping):  # a new run's input
             input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
-        run = RunTracker(deadline=d, reserve=settings.reserve, resumable=saved(self, cfg))
+        run = RunTracker(
+            deadline=d, reserve=settings.reserve, resumable=saved(self, cfg), origin=origin_of(cfg)
+        )
         run.keep_partial = (
             settings.partial_answer and settings.closing_message and settings.reserve > 0
         )

@@ -18,8 +18,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Overwrite
 
+from .._core.plan import RunTracker
 from .._core.records import Outcome, Terminal
-from .._core.tracker import RunTracker
 from .chunks import closing_chunks
 from .resume import saved
 from .terminal import emit_run_outcome, exceeded

@@ -21,8 +21,8 @@ from langchain_core.runnables.config import merge_configs
 from langgraph.prebuilt import ToolNode
 from langgraph.runtime import Runtime
 
+from .._core.plan import run_from_config
 from .._core.rules import StepRule
-from .._core.tracker import run_from_config
 from .._core.validate import (
     ceiling_of,
     check_fits,

@@ -17,8 +17,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from .._core.clock import SYSTEM_CLOCK
 from .._core.deadline import Deadline, earliest
+from .._core.plan import RunTracker
 from .._core.records import Outcome, Terminal
-from .._core.tracker import RunTracker
 from .._core.validate import check_timestamp
 from .state import deadline_from_state
 from .terminal import emit_run_outcome, exceeded

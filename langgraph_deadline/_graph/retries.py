@@ -23,8 +23,8 @@ from langgraph.errors import GraphDrained
 from langgraph.types import RetryPolicy
 
 from .._core.deadline import Deadline
+from .._core.plan import RunTracker
 from .._core.records import Outcome, Terminal
-from .._core.tracker import RunTracker
 from .seams import DRAIN_REASON
 
 __all__ = [

@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from .._core.tracker import run_from_config
+from .._core.plan import run_from_config
 
 __all__ = ["guard_branches"]
 

@@ -13,10 +13,9 @@ from langchain_core.runnables.config import merge_configs
 
 from .._core.context import current_deadline
 from .._core.deadline import Deadline
-from .._core.plan import Plan, plan_step
+from .._core.plan import Plan, RunTracker, plan_step, run_from_config
 from .._core.record import child_records
 from .._core.run import StepResult, StepRun, run_sync, settle, unbounded_guard
-from .._core.tracker import RunTracker, run_from_config
 from .ending import already_ended, finish, finish_unbounded, skipped
 from .messages import messages_of
 from .seams import PASSTHROUGH, node_attempt

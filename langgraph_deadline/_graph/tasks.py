@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -35,6 +36,7 @@ class TaskBudgets:
     min_viable: Mapping[str, float | StepRule]
     default_cap: float | None = None
     retry: Any = None  # the entrypoint's RetryPolicy: LangGraph's for tasks without their own
+    called: _Called = dataclasses.field(default_factory=lambda: _Called(set()))
 
     def scheduler(self, schedule: Callable[..., Any]) -> Callable[..., Any]:
         """LangGraph's task scheduler, scheduling each task with its body budgeted."""
@@ -49,12 +51,41 @@ class TaskBudgets:
         task's runnable for each call of a body it cannot find in its module (as this one), and
         a wrapper kept per body would keep every task ever called (tasks made per run too)."""
         name = task_name(func)
+        self.called.names.add(name)
         settings = NodeSettings(
             cap=self.caps.get(name, self.default_cap),
             min_viable=self.min_viable.get(name, 0.0),
             retry=retry or self.retry,  # a retry that cannot fit is not waited for
         )
         return _budgeted(func, NodeStep(name, settings), self)
+
+    def check_names(self, entrypoint: str) -> None:
+        """Warn, once, of names in `caps` or `min_viable` that are neither the entrypoint nor a
+        task called by the run that just finished (a typo leaves the task it meant on the
+        defaults): LangGraph knows an entrypoint's tasks only once they are called."""
+        called = self.called
+        if called.told:
+            return
+        called.told = True
+        known = called.names | {entrypoint}
+        for label, table in (("caps", self.caps), ("min_viable", self.min_viable)):
+            unknown = sorted(set(table) - known)
+            if unknown:
+                warnings.warn(
+                    f"with_deadlines({label}=...) names {unknown}, which no task of the "
+                    f"entrypoint's first run was called (tasks called: {sorted(called.names)}; "
+                    f"the entrypoint is {entrypoint!r}): a typo?",
+                    UserWarning,
+                    stacklevel=2,
+                )
+
+
+@dataclasses.dataclass(slots=True)
+class _Called:
+    """The task names an entrypoint's runs called, and whether its settings were checked."""
+
+    names: set[str]
+    told: bool = False
 
 
 def _budgeted(func: Callable[..., Any], step: NodeStep, tasks: TaskBudgets) -> Callable[..., Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -12,11 +13,12 @@ from langgraph.errors import GraphRecursionError, NodeTimeoutError
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.observe import RunEvent, emit_run
+from .._core.plan import RunTracker
 from .._core.records import Outcome, Terminal
-from .._core.tracker import RunTracker
 
 __all__ = [
     "emit_run_outcome",
+    "origin_of",
     "exceeded",
     "final_outcome",
     "outcome_from",
@@ -24,6 +26,8 @@ __all__ = [
     "reraise_with_state",
     "terminal_of",
 ]
+
+log = logging.getLogger("langgraph_deadline")
 
 
 def raised(exc: BaseException) -> Outcome:
@@ -71,10 +75,15 @@ def outcome_from(run: RunTracker, default_reason: str | None) -> Outcome:
 
 
 def emit_run_outcome(run: RunTracker, outcome: Outcome | None) -> None:
-    """Tell the observers how the run ended, once."""
+    """Tell the observers how the run ended, once; a run that did not complete is also logged
+    by the `langgraph_deadline` logger (a server's log says its runs succeeded): a WARNING when
+    it ran out of time or steps, INFO when it was cancelled or failed (the caller already knows:
+    the error or the cancellation reached it)."""
     if outcome is None or run.emitted:
         return
     run.emitted = True
+    if not outcome.ok:
+        _log_outcome(run, outcome)
     emit_run(
         RunEvent(
             outcome=outcome,
@@ -83,6 +92,45 @@ def emit_run_outcome(run: RunTracker, outcome: Outcome | None) -> None:
             deadline_at=run.deadline.timestamp if run.deadline else None,
             reserve_s=run.reserve,
         )
+    )
+
+
+def origin_of(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The framework's names for a run, from its config: LangGraph's (and LangGraph Server's,
+    LangSmith's) `run_id`, and the `thread_id`, when given."""
+    configurable = config.get("configurable") or {}
+    found = (("run_id", config.get("run_id")), ("thread_id", configurable.get("thread_id")))
+    return tuple((key, str(value)) for key, value in found if value is not None)
+
+
+def _log_outcome(run: RunTracker, outcome: Outcome) -> None:
+    """One line for a run that did not complete: its ids, terminal, step and reason."""
+    names = dict(run.origin)
+    notes = [f"{key}={value}" for key, value in run.origin if key != "run_id"]
+    if "run_id" in names:  # the framework's id first: the one its own log shows
+        notes.append(f"deadline run {run.run_id}")
+    level = (
+        logging.INFO
+        if outcome.terminal in (Terminal.CANCELLED, Terminal.FAILED)
+        else logging.WARNING
+    )
+    log.log(
+        level,
+        "run %s ended %s%s%s: %s%s",
+        names.get("run_id", run.run_id),
+        outcome.terminal.value,
+        f" at {outcome.step}" if outcome.step else "",
+        "" if outcome.elapsed_ms is None else f" after {outcome.elapsed_ms:.0f} ms",
+        outcome.reason or "no reason given",
+        f" ({'; '.join(notes)})" if notes else "",
+        extra={
+            "deadline_run_id": run.run_id,
+            "deadline_terminal": outcome.terminal.value,
+            "deadline_step": outcome.step,
+            "deadline_reason": outcome.reason,
+            "deadline_elapsed_ms": outcome.elapsed_ms,
+            **{f"deadline_{key}": value for key, value in run.origin},
+        },
     )
 
 

@@ -26,13 +26,12 @@ from langgraph.types import Command
 
 from .._core.context import pop_step, push_step
 from .._core.deadline import Deadline
-from .._core.plan import Plan, plan_step
+from .._core.plan import Plan, RunTracker, plan_step, run_from_config
 from .._core.record import record_child
 from .._core.records import StepRecord, StepStatus
 from .._core.rules import StepRule
 from .._core.run import StepResult, run_async, run_sync
 from .._core.timeouts import ToolTimeout, timeout_message, tool_facts
-from .._core.tracker import RunTracker, run_from_config
 from .messages import answer
 from .seams import PASSTHROUGH
 

@@ -14,10 +14,12 @@ from langgraph.pregel import Pregel
 from .._core.rules import StepRule
 from .._core.validate import (
     check_cap,
+    check_caps_fit,
     check_fits,
     check_limit,
     check_mapping,
     check_seconds,
+    check_step_cap,
     check_viable,
     floor_of,
 )
@@ -128,9 +130,11 @@ def with_deadlines(
 
     Raises:
         ValueError: a name in `caps` or `min_viable` is not a node (task names, known only
-            once called, are not checked); a bad number; settings that cannot fit
-            (`reserve >= timeout`, a `min_viable` above `timeout` less `reserve`); a
-            state field named `deadline` that is not the run's deadline (a due date of your own).
+            once called, are warned of after the first run that returns: `UserWarning`); a
+            bad number or a cap of 0; settings that cannot fit (`reserve >= timeout`, a
+            `min_viable` above `timeout` less `reserve`, or above the step's cap or
+            `default_cap`); a state field named `deadline` that is not the run's deadline (a
+            due date of your own).
         TypeError: `graph` is not a `StateGraph`, a compiled one or an `@entrypoint`; `caps` or
             `min_viable` is not a mapping.
     """
@@ -141,7 +145,7 @@ def with_deadlines(
     timeout_s = check_cap(timeout, "timeout")
     reserve_s = check_seconds(reserve, "reserve")
     queue_s = check_cap(queue_time, "queue_time")
-    default_cap_s = check_cap(default_cap, "default_cap")
+    default_cap_s = check_step_cap(default_cap, "default_cap")
     caps = dict(check_mapping(caps, "caps"))
     mins = dict(check_mapping(min_viable, "min_viable"))
     if not isinstance(graph, CompiledStateGraph) and is_entrypoint(graph):
@@ -196,6 +200,7 @@ def with_deadlines(
         caps[node] = cap.bounded(default_cap_s) if isinstance(cap, StepRule) else cap
     for node, value in mins.items():
         mins[node] = check_viable(value, f"min_viable[{node!r}]")
+    check_caps_fit(caps, mins, default_cap=default_cap_s)
     check_fits(
         timeout_s,
         reserve=reserve_s,

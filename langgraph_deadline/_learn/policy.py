@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from .._core.rules import StepRule
-from .._core.validate import check_cap, check_number, check_seconds, show
+from .._core.validate import check_number, check_seconds, check_step_cap, show
 from .book import FIRST_TOKEN, KINDS, PER_TOKEN, LatencyBook
 from .sketch import LatencySketch
 
@@ -178,7 +178,8 @@ def learned(
     Raises:
         TypeError: `book` is not a `LatencyBook`; a number or `then` of the wrong type.
         ValueError: `quantile` or `p_viable` outside (0, 1), `headroom` below 1,
-            `min_samples` negative, a bad `cap` or `min_viable` (or one above the other).
+            `min_samples` below 1, a bad `cap` (0 included) or `min_viable` (or one above
+            the other).
     """
     if not isinstance(book, LatencyBook):
         raise TypeError(f"book must be a LatencyBook, got {type(book).__name__}: {show(book)}")
@@ -189,9 +190,12 @@ def learned(
         raise ValueError(f"headroom must be >= 1 (a cap below what steps take), got {show(room)}")
     if isinstance(min_samples, bool) or not isinstance(min_samples, int):
         raise TypeError(f"min_samples must be an int, got {type(min_samples).__name__}")
-    if min_samples < 0:
-        raise ValueError(f"min_samples must be >= 0, got {min_samples}")
-    ceiling = check_cap(cap, "cap")
+    if min_samples < 1:
+        raise ValueError(
+            f"min_samples must be >= 1, got {min_samples}: the samples a step needs before "
+            "its cap is learned rather than yours"
+        )
+    ceiling = check_step_cap(cap, "cap")
     floor = check_seconds(min_viable, "min_viable")
     if ceiling is not None and floor > ceiling:
         raise ValueError(f"min_viable ({floor:g} s) is more than cap ({ceiling:g} s)")

@@ -64,9 +64,13 @@ def write_plot(
     *,
     report_text: str = "",
     answers: Sequence[tuple[str, str]] = (),
+    title: str | None = None,
+    beside: Sequence[tuple[str, TraceRun]] = (),
 ) -> Path:
     """Draw `run`'s waterfall, the per-step distributions (steps with at least `MIN_SAMPLES`
     runs) and `answers` (label, what the user received) into `path` (.png, .svg, .html).
+    `title` names the run (default: `run <its id>`); `beside` are other runs (name, run) drawn
+    above it on the same time axis, to compare with.
 
     Raises:
         ValueError: an extension other than .png, .svg or .html.
@@ -78,7 +82,7 @@ def write_plot(
         raise ValueError(f"--plot needs a .png, .svg or .html file, got {out.name!r}")
     import matplotlib
 
-    fig = _figure(run, stats, answers)
+    fig = _figure(run, stats, answers, title=title, beside=beside)
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "langgraph-deadline"}):
         if suffix == ".html":
             buf = io.StringIO()
@@ -90,20 +94,33 @@ def write_plot(
 
 
 def _figure(
-    run: TraceRun, stats: Sequence[StepStats], answers: Sequence[tuple[str, str]]
+    run: TraceRun,
+    stats: Sequence[StepStats],
+    answers: Sequence[tuple[str, str]],
+    *,
+    title: str | None = None,
+    beside: Sequence[tuple[str, TraceRun]] = (),
 ) -> Figure:
+    """The waterfalls of the runs `beside` (name, run), then `run`'s, on one time axis; then
+    the distributions and the answers."""
     from matplotlib.figure import Figure
 
-    steps = sorted(run.steps, key=lambda s: s.started_at or 0.0)
+    runs = [*beside, (title or f"run {run.run_id[:12]}", run)]
+    drawn = [(name, r, sorted(r.steps, key=lambda s: s.started_at or 0.0)) for name, r in runs]
     shown = [s for s in stats if len(s.elapsed) >= MIN_SAMPLES]
     wrapped = [(label, _wrap(text)) for label, text in answers]
-    heights = [max(len(steps), 1) + 1.5]
+    heights = [max(len(steps), 1) + 1.5 for _, _, steps in drawn]
     if shown:
         heights.append(len(shown) + 1.5)
     heights += [0.3 * (text.count("\n") + 1) + 0.7 for _, text in wrapped]
     fig = Figure(figsize=(11.0, 1.2 + 0.42 * sum(heights)), layout="constrained")
     axes = list(fig.subplots(len(heights), 1, height_ratios=heights, squeeze=False)[:, 0])
-    _waterfall(axes.pop(0), run, steps)
+    waterfalls = [axes.pop(0) for _ in drawn]
+    for ax, (name, run, steps) in zip(waterfalls, drawn, strict=True):
+        _waterfall(ax, run, steps, name)
+    right = max(ax.get_xlim()[1] for ax in waterfalls)
+    for ax in waterfalls:  # one time axis: the runs compare at a glance
+        ax.set_xlim(0, right)
     if shown:
         _distribution(axes.pop(0), shown)
     _answers(axes, wrapped)
@@ -147,7 +164,7 @@ def _worst_inside(node: StepRecord, steps: Sequence[StepRecord]) -> StepRecord |
     return worst
 
 
-def _waterfall(ax: Axes, run: TraceRun, steps: Sequence[StepRecord]) -> None:
+def _waterfall(ax: Axes, run: TraceRun, steps: Sequence[StepRecord], name: str) -> None:
     origin = run.origin or 0.0
     labels = []
     seen: set[StepStatus] = set()
@@ -205,10 +222,7 @@ def _waterfall(ax: Axes, run: TraceRun, steps: Sequence[StepRecord]) -> None:
     ended = f" at {run.ended_at}" if run.ended_at else ""
     budget_text = f" of a {budget:.0f} ms budget" if budget is not None else ""
     used = f"{run.elapsed_ms:.0f} ms" if run.elapsed_ms is not None else "?"
-    ax.set_title(
-        f"run {run.run_id[:12]}: {run.terminal or 'no outcome'}{ended}, {used}{budget_text}",
-        loc="left",
-    )
+    ax.set_title(f"{name}: {run.terminal or 'no outcome'}{ended}, {used}{budget_text}", loc="left")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
 

@@ -14,10 +14,9 @@ from langgraph.errors import GraphBubbleUp
 from .._core.context import current_deadline, current_scopes
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
-from .._core.plan import Plan
+from .._core.plan import Plan, RunTracker, run_from_config
 from .._core.record import record_child
 from .._core.records import StepStatus
-from .._core.tracker import RunTracker, run_from_config
 from .policy import Policy
 from .retry_after import retry_after
 

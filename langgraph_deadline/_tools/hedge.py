@@ -60,7 +60,7 @@ class Hedge:
 
     Raises:
         ValueError: neither `after` nor `book`; a `quantile` or `budget` outside (0, 1); a
-            negative `floor_per_s` or `min_samples`; `max_copies` below 2; a bad `after`.
+            negative `floor_per_s`; `min_samples` below 1; `max_copies` below 2; a bad `after`.
         TypeError: `book` is not a `LatencyBook`, a number of the wrong type.
     """
 
@@ -91,7 +91,7 @@ class Hedge:
         if floor < 0.0:
             raise ValueError(f"floor_per_s must be >= 0, got {show(self.floor_per_s)}")
         object.__setattr__(self, "floor_per_s", floor)
-        for name, least in (("min_samples", 0), ("max_copies", 2)):
+        for name, least in (("min_samples", 1), ("max_copies", 2)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__}: {show(value)}")

@@ -16,12 +16,11 @@ from langchain_core.tools import BaseTool, Tool
 from pydantic import ConfigDict, InstanceOf, PrivateAttr
 
 from .._core.errors import DeadlineExceeded
-from .._core.plan import Plan, plan_step
+from .._core.plan import Plan, plan_step, run_from_config
 from .._core.record import record_child
 from .._core.records import StepStatus
 from .._core.rules import StepRule
 from .._core.run import StepResult, run_async, run_sync
-from .._core.tracker import run_from_config
 from .._graph.seams import PASSTHROUGH
 from .._retry.policy import RetryOn
 from . import policy, stale

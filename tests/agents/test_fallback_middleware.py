@@ -14,8 +14,8 @@ from langchain.agents.middleware import ModelFallbackMiddleware
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from langgraph_deadline import LatencyBook, StepStatus, Terminal, deadline_scope
-from langgraph_deadline.agents import DeadlineMiddleware, budgeted_model
+from langgraph_deadline import LatencyBook, StepStatus, Terminal, budgeted_model, deadline_scope
+from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, await_nothing_sent_after
 
 from .support import MARGIN, SLOW, ask, assert_valid_history, deadline_of, orders

@@ -25,11 +25,11 @@ from langgraph_deadline import (
     StepRecord,
     StepStatus,
     Terminal,
+    budgeted_model,
     deadline_scope,
     with_deadlines,
 )
 from langgraph_deadline._agents.fallback import fallbacks_of
-from langgraph_deadline.agents import budgeted_model
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, await_nothing_sent_after
 
 from .support import MARGIN, SLOW

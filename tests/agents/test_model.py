@@ -19,11 +19,11 @@ from langgraph_deadline import (
     DeadlineState,
     StepStatus,
     Terminal,
+    budgeted_model,
     deadline_scope,
     with_deadlines,
 )
 from langgraph_deadline._agents.model import ModelLimits
-from langgraph_deadline.agents import budgeted_model
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from langgraph_deadline.testing._quiet import assert_nothing_sent_after, await_nothing_sent_after
 from tests.chat_models import openai_chat as chat

@@ -72,14 +72,18 @@ def test_demo_shows_the_naive_run_overshooting_and_the_deadline_runs_on_time(
     assert ours_steps == [
         ["planner", "done"],
         ["tools", "done"],
-        ["writer", "done"],
+        ["writer", "cut", "at", "its", "budget"],
         ["run", "ended", "in", "writer"],
     ]
+    naive_steps = [p[4:] for p in progress if p[:1] == ["naive"] and p[3:4] == ["s"]]
+    assert naive_steps == [["planner", "done"], ["tools", "done"], ["writer", "done"]]
     learned_line = next(
         line for line in proc.stdout.splitlines() if line.startswith("learned caps:")
     )
     assert "warehouse_stock" in learned_line
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"waterfalls of the naive (8s/tool) and langgraph-deadline runs: {plot}" in proc.stdout
+    assert " ended deadline_exceeded" not in proc.stderr  # the servers' log line, not the demo's
     # What each user received: the naive run's whole answer, late; the deadline run's answer
     # cut short, then what the tools had found and which one gave nothing in time.
     received = proc.stdout.split("What the user received:")[1]

@@ -16,8 +16,8 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph_swarm import SwarmState, create_handoff_tool, create_swarm
 
-from langgraph_deadline import DeadlineState, Terminal, terminal_of, with_deadlines
-from langgraph_deadline.agents import DeadlineMiddleware, budgeted_model
+from langgraph_deadline import DeadlineState, Terminal, budgeted_model, terminal_of, with_deadlines
+from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from tests.agents.support import MARGIN, ask, assert_valid_history
 from tests.chat_models import openai_chat as chat

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from langgraph_deadline import (
     Deadline,
     DeadlineExceeded,
-    ManualClock,
     check,
     client_timeout,
     current_deadline,
     deadline_scope,
     remaining,
 )
+from langgraph_deadline.testing import ManualClock
 
 
 def test_no_deadline_means_infinite_remaining() -> None:

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_deadline import Deadline, ManualClock, earliest
+from langgraph_deadline import Deadline, earliest
+from langgraph_deadline.testing import ManualClock
 
 seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
 caps = st.none() | seconds

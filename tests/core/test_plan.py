@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_deadline import Deadline, ManualClock, StepStatus, deadline_scope
-from langgraph_deadline._core.plan import HANDOFF, plan_step
-from langgraph_deadline._core.tracker import RunTracker
+from langgraph_deadline import Deadline, StepStatus, deadline_scope
+from langgraph_deadline._core.plan import HANDOFF, RunTracker, plan_step
+from langgraph_deadline.testing import ManualClock
 
 
 def test_no_deadline_and_no_cap_means_no_budget() -> None:

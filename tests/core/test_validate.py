@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_deadline import Deadline, ManualClock, earliest
+from langgraph_deadline import Deadline, earliest
 from langgraph_deadline._core.deadline import MIN_TIMESTAMP
 from langgraph_deadline._core.validate import (
     MAX_SECONDS,
@@ -18,6 +18,7 @@ from langgraph_deadline._core.validate import (
     check_seconds,
     show,
 )
+from langgraph_deadline.testing import ManualClock
 
 anything = (
     st.none()

@@ -14,7 +14,7 @@ from langgraph.types import Command, Overwrite
 from typing_extensions import TypedDict
 
 from langgraph_deadline import Deadline, DeadlineState, with_deadlines
-from langgraph_deadline._core.tracker import RunTracker
+from langgraph_deadline._core.plan import RunTracker
 from langgraph_deadline._graph.chunks import closing_chunks, deadline_given, note_chunk
 
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 from langgraph_deadline import with_deadlines
-from langgraph_deadline._core.tracker import RUN_KEY
+from langgraph_deadline._core.plan import RUN_KEY
 
 TIMEOUT = 600.0  # nobody reaches it: nothing may change
 

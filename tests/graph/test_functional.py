@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -729,3 +730,41 @@ def test_the_entrypoint_below_its_min_viable_does_not_start(steps: list[StepReco
     assert ran == []
     assert [r.status for r in steps] == [StepStatus.SKIPPED]
     assert graph.invoke(2) == 2  # no deadline at all: it runs
+
+
+# -- settings that could never work ---------------------------------------------------------------
+
+
+def test_a_task_whose_min_viable_is_above_its_cap_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"min_viable\['double'\] \(2 s\) is more than caps"):
+        with_deadlines(sync_main, caps={"double": 1.0}, min_viable={"double": 2.0})
+    with pytest.raises(ValueError, match=r"min_viable\['double'\] \(2 s\) is more than default"):
+        with_deadlines(sync_main, default_cap=1.0, min_viable={"double": 2.0})
+    with pytest.raises(ValueError, match=r"^caps\['double'\] must be more than 0 seconds"):
+        with_deadlines(sync_main, caps={"double": 0})
+    # default_cap is the tasks', not the entrypoint's: its own min_viable may exceed it
+    with_deadlines(sync_main, default_cap=1.0, min_viable={"sync_main": 2.0})
+
+
+@pytest.mark.anyio
+async def test_caps_naming_no_task_of_the_first_run_are_warned_of_once_naming_them() -> None:
+    graph = with_deadlines(async_main, caps={"adoubel": 1.0, "async_main": 3.0, "adouble": 1.0})
+    with pytest.warns(UserWarning, match=r"caps=\.\.\.\) names \['adoubel'\], which no task") as w:
+        assert await graph.ainvoke([1]) == {"doubled": [2], "n": 1}
+    assert "tasks called: ['adouble']" in str(w[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        await graph.ainvoke([2])  # told once
+
+
+def test_caps_naming_the_tasks_called_are_not_warned_of() -> None:
+    graph = with_deadlines(sync_main, caps={"double": 1.0}, min_viable={"sync_main": 0.1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert graph.invoke([1]) == {"doubled": [2], "n": 1}
+
+
+def test_a_sync_entrypoints_min_viable_naming_no_task_is_warned_of() -> None:
+    graph = with_deadlines(sync_main, min_viable={"dubble": 0.1})
+    with pytest.warns(UserWarning, match=r"min_viable=\.\.\.\) names \['dubble'\]"):
+        graph.invoke([1])

@@ -16,7 +16,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from langgraph_deadline import DeadlineState, Terminal, with_deadlines
-from langgraph_deadline._core.tracker import RUN_KEY, RunTracker
+from langgraph_deadline._core.plan import RUN_KEY, RunTracker
 
 pytestmark = pytest.mark.anyio
 

@@ -88,3 +88,22 @@ def test_one_run_shows_no_distribution_and_the_answers_get_a_panel_each() -> Non
 
     many = Trace(runs=tuple(_run(f"r{i}") for i in range(MIN_SAMPLES)))
     assert len(_figure(run, step_stats(many), ()).axes) == 2  # waterfall and distribution
+
+
+def test_the_run_is_named_by_its_title_and_runs_beside_it_share_its_time_axis() -> None:
+    run, naive = _run("4f1c2a9e77d0b3c5"), _run("naive")
+    late = TraceRun(
+        run_id="naive",
+        steps=(_rec("tools", "node", 0.1, 8000.0, StepStatus.COMPLETED),),
+        started_at=T0,
+        deadline_at=T0 + 4.0,
+    )
+    fig = _figure(run, (), (), title="with one deadline", beside=[("naive timeouts", late)])
+    top, ours = fig.axes[:2]
+    assert top.get_title(loc="left").startswith("naive timeouts: ")
+    assert ours.get_title(loc="left").startswith("with one deadline: ")
+    assert "4f1c2a9e" not in ours.get_title(loc="left")  # named, not a random id
+    assert top.get_xlim() == ours.get_xlim()  # one time axis
+    assert top.get_xlim()[1] > 8000.0  # wide enough for the longest run
+    # Without a title, a run is still named by its id.
+    assert _figure(naive, (), ()).axes[0].get_title(loc="left").startswith("run naive: ")

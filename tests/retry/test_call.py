@@ -17,12 +17,12 @@ import langgraph_deadline._retry.retry as retry_loop
 from langgraph_deadline import (
     Deadline,
     DeadlineExceeded,
-    ManualClock,
     StepRecord,
     StepStatus,
     deadline_scope,
 )
 from langgraph_deadline._retry.retry import retry
+from langgraph_deadline.testing import ManualClock
 from tests.retry.fakes import NO_WAIT, Flaky, Transient, status_error
 
 

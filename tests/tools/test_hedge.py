@@ -305,7 +305,7 @@ def test_deadline_tools_hedges_only_the_read_only_tools() -> None:
         ({"after": 0.1, "floor_per_s": -1.0}, ValueError, "floor_per_s must be >= 0"),
         ({"after": 0.1, "max_copies": 1}, ValueError, "max_copies must be >= 2"),
         ({"after": 0.1, "max_copies": 2.0}, TypeError, "max_copies must be an int"),
-        ({"after": 0.1, "min_samples": -1}, ValueError, "min_samples must be >= 0"),
+        ({"after": 0.1, "min_samples": 0}, ValueError, "min_samples must be >= 1"),
         ({"book": "book"}, TypeError, "book must be a LatencyBook"),
     ],
 )

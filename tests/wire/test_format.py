@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import langgraph_deadline.asgi
 import langgraph_deadline.http
-from langgraph_deadline import Deadline, DeadlineExceeded, ManualClock, deadline_scope
+from langgraph_deadline import Deadline, DeadlineExceeded, deadline_scope
 from langgraph_deadline._wire.format import (
     HeaderError,
     error_body,
@@ -17,6 +17,7 @@ from langgraph_deadline._wire.format import (
     read,
 )
 from langgraph_deadline.http import WireFormat, from_headers, to_headers
+from langgraph_deadline.testing import ManualClock
 
 MAX = 30.0
 

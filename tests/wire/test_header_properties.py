@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from langgraph_deadline import ManualClock
 from langgraph_deadline._wire.format import read
 from langgraph_deadline.http import from_headers
+from langgraph_deadline.testing import ManualClock
 
 MAX = 30.0
 UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}

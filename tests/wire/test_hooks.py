@@ -9,9 +9,10 @@ import httpx
 import httpx2
 import pytest
 
-from langgraph_deadline import Deadline, DeadlineExceeded, ManualClock, deadline_scope
+from langgraph_deadline import Deadline, DeadlineExceeded, deadline_scope
 from langgraph_deadline._wire.format import error_body
 from langgraph_deadline.http import WireFormat, deadline_hooks
+from langgraph_deadline.testing import ManualClock
 
 Handler = Callable[[Any], Any]
 

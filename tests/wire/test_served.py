@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,8 +33,12 @@ def slow() -> Iterator[SlowServer]:
 
 
 @pytest.fixture(scope="module")
-def url(slow: SlowServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    workdir = tmp_path_factory.mktemp("langgraph-served")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("langgraph-served")
+
+
+@pytest.fixture(scope="module")
+def url(slow: SlowServer, workdir: Path) -> Iterator[str]:
     with langgraph_dev(CONFIG, workdir, {"SLOW_URL": slow.url("/slow")}) as served:
         yield served
 
@@ -105,6 +110,31 @@ async def test_the_timeout_header_alone_bounds_a_served_run_and_its_http_call(
     assert _statuses(values, "search") == ["timed_out"]
     # The server's own statuses cannot tell it from a pause: the cut step is pending.
     assert (await client.threads.get(thread))["status"] == "interrupted"
+
+
+@pytest.mark.anyio
+async def test_a_run_that_ran_out_says_so_in_the_servers_log(
+    client: LangGraphClient, workdir: Path
+) -> None:
+    thread = await _thread(client)
+    run = await client.runs.create(
+        thread,
+        "search",
+        input={"query": "q", "delay": 10},
+        headers={"X-Request-Timeout-Ms": "1500"},
+    )
+    out = await client.runs.join(thread, run["run_id"])
+    assert out["deadline_outcome"]["terminal"] == "deadline_exceeded"
+    # The server's own line says the run succeeded; ours, a WARNING, says how it ended.
+    expected = f"run {run['run_id']} ended deadline_exceeded at search after "
+    end = time.monotonic() + 5.0
+    while expected not in (log := (workdir / "server.log").read_text(errors="replace")):
+        assert time.monotonic() < end, log[-3000:]
+        await asyncio.sleep(0.1)
+    (line,) = [line for line in log.splitlines() if expected in line]
+    assert "warning" in line.lower()
+    assert f"thread_id={thread}" in line
+    assert "search cancelled at its budget" in line
 
 
 @pytest.mark.anyio
