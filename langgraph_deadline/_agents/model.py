@@ -24,6 +24,7 @@ from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.config import merge_configs
 
+from .._core.context import cut_through
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, plan_step, run_from_config
 from .._core.record import record_child
@@ -264,7 +265,11 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
             later = None if why is None else self._next(cfg, chosen.at + 1, why, sync=False)[0]
             if later is None:
                 if (wait := self._handoff_left(plan, result)) > 0.0:
-                    await anyio.sleep(wait)  # usually cancelled by the enclosing step
+                    try:
+                        await anyio.sleep(wait)  # usually cancelled by the enclosing step
+                    except anyio.get_cancelled_exc_class() as exc:
+                        cut_through(exc, plan.name)  # the scope that cancels names this call
+                        raise
                 return self._outcome(plan, result)
             chosen = later
 
@@ -326,10 +331,11 @@ def budgeted_model(
     with a `book`, whose learned `quantile` of answer times fits its budget (known once the book
     holds 20 samples of that model's steps; the last model is tried whenever it can start).
     A model that fails (a provider error, after its SDK's own retries) or is cut at its own cap
-    with time left hands the call to the next one that fits; nothing runs past the deadline. With
-    fallbacks, each model's steps are named by its model id (`gpt-4o-mini`: the book's key;
-    give `budgeted_model(fast, name=, cap=, min_viable=)` a fallback's own name and limits; a
-    plain fallback has none), a fallback's record's `note` says what it stood in for,
+    with time left hands the call to the next one that fits; nothing runs past the deadline.
+    Each model's steps are named by its model id (`gpt-4o-mini`: the book's key, the same with
+    or without fallbacks, sync or async; LangChain's name for a model without one), or `name`;
+    give `budgeted_model(fast, name=, cap=, min_viable=)` a fallback's own name and limits (a
+    plain fallback has none). A fallback's record's `note` says what it stood in for,
     and its `AIMessage` carries `response_metadata["langgraph_deadline"] = {"fallback": name,
     "reason": why}`.
 
@@ -358,9 +364,11 @@ def budgeted_model(
         model = model.model
     if not isinstance(model, Runnable):
         raise TypeError(f"budgeted_model() needs a chat model, got {type(model).__name__}")
-    default = model.get_name() if fallbacks is None else model_id(model)
     limits = ModelLimits(
-        cap=cap, min_viable=min_viable, name=name or default, tokens_per_second=tokens_per_second
+        cap=cap,
+        min_viable=min_viable,
+        name=name or model_id(model),
+        tokens_per_second=tokens_per_second,
     )
     chain = fallbacks_of(
         fallbacks,

@@ -27,6 +27,7 @@ __all__ = [
     "client_timeout",
     "current_deadline",
     "current_scopes",
+    "cut_through",
     "deadline_scope",
     "pop_step",
     "push_step",
@@ -43,6 +44,19 @@ _SCOPES: Final[ContextVar[tuple[ScopeFrame, ...]]] = ContextVar(
 _CHAINS: Final[weakref.WeakKeyDictionary[BaseException, tuple[ScopeFrame, ...]]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+# The innermost step a cancellation left on its way to the scope that caused it: where the
+# deadline cut, named in the error that scope raises (as the step names itself in sync code).
+_STEPS: Final[weakref.WeakKeyDictionary[BaseException, str]] = weakref.WeakKeyDictionary()
+
+
+def cut_through(exc: BaseException | None, step: str) -> None:
+    """Note that the cancellation `exc` left the step `step` (the first step to note it is the
+    innermost): an enclosing `deadline_scope` that caused it names that step."""
+    if exc is not None and exc not in _STEPS:
+        with contextlib.suppress(TypeError):  # an exception that cannot be weakly referenced
+            _STEPS[exc] = step
 
 
 def current_deadline() -> Deadline | None:
@@ -219,8 +233,11 @@ class deadline_scope:
         if cancel is not None and _caught(cancel):
             chain = _CHAINS.get(exc, frames) if exc is not None else frames
             d = self._frame.effective if self._frame else None
-            # Name the scope whose own request set the deadline that fired, whichever caught it.
-            step = next((f.name for f in chain if f.requested is d), self._name)
+            # Name the step it cut, as a step cut by its own budget names itself; else the
+            # scope whose own request set the deadline that fired, whichever caught it.
+            step = _STEPS.get(exc) if exc is not None else None
+            if step is None:
+                step = next((f.name for f in chain if f.requested is d), self._name)
             raise DeadlineExceeded(
                 f"deadline exceeded in {step}" if step else "deadline exceeded",
                 deadline=d,

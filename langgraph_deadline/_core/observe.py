@@ -118,6 +118,7 @@ def step_fields(event: StepEvent) -> dict[str, Field]:
         "note": r.note,  # a learned refusal, in numbers
         "hedges": r.hedges,
         "winner": r.winner,
+        "parent": r.parent,  # another step's name and start time
     }
 
 

@@ -19,6 +19,7 @@ import dataclasses
 import random
 import time
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any, Final, NamedTuple
 
 from .cancel import CancelSignal, current_signal
@@ -27,7 +28,7 @@ from .context import current_deadline
 from .cut import GRACE, Cut, Due
 from .deadline import Deadline
 from .observe import emit_step
-from .records import Outcome, StepKind, StepRecord, StepStatus
+from .records import Outcome, StepKind, StepRecord, StepStatus, step_link
 from .rules import StepRule
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "Plan",
     "RunAlarm",
     "RunTracker",
+    "current_parent",
     "plan_step",
     "run_from_config",
     "run_step_end",
@@ -45,6 +47,16 @@ HANDOFF: Final = 0.01
 """Seconds a step clamped by an enclosing deadline ends before it, so that the step's own
 graceful answer (a timeout message, an outcome in state) is delivered before the enclosing
 scope cancels its caller. Steps limited by their own cap are not shortened."""
+
+
+PARENT: Final[ContextVar[str | None]] = ContextVar("langgraph_deadline.parent", default=None)
+"""The `link` of the step whose body runs here: a step planned here ran inside it (its record's
+`parent`). Set by `record.child_records`."""
+
+
+def current_parent() -> str | None:
+    """The `link` of the step whose body runs here, or None."""
+    return PARENT.get()
 
 
 class Plan(NamedTuple):
@@ -66,6 +78,12 @@ class Plan(NamedTuple):
     ends: Deadline | None = None  # the step's own deadline: `budget` from `started`
     note: str | None = None  # for its record: a learned refusal's numbers, a fallback's cause
     held: float = 0.0  # seconds kept back for the steps that follow, when that set the budget
+    parent: str | None = None  # the `link` of the step it runs inside
+
+    @property
+    def link(self) -> str:
+        """How the steps run inside this one name it (its record's `link`)."""
+        return step_link(self.name, self.started_at)
 
     @property
     def skip(self) -> bool:
@@ -108,6 +126,7 @@ class Plan(NamedTuple):
             cancel_source=cancel_source,
             started_at=self.started_at,
             note=self.note,
+            parent=self.parent,
         )
 
 
@@ -313,6 +332,7 @@ def plan_step(
         ends=ends,
         note=note,
         held=held,
+        parent=current_parent(),
     )
 
 

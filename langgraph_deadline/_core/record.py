@@ -6,7 +6,7 @@ from contextvars import ContextVar
 from typing import Final
 
 from .observe import emit_step
-from .plan import RunTracker
+from .plan import PARENT, RunTracker
 from .records import StepRecord
 
 __all__ = ["child_records", "commit_record", "record_child"]
@@ -36,16 +36,23 @@ _CHILDREN: Final[ContextVar[list[StepRecord] | None]] = ContextVar(
 
 class child_records:
     """Collect the records of the steps (tools, model calls, HTTP) run inside a node, so the
-    node can add them to the run's trace in state along with its own."""
+    node can add them to the run's trace in state along with its own. Given the node's
+    `link` (`parent`), the steps planned inside name it as their `parent`."""
 
-    __slots__ = ("_token", "sink")
+    __slots__ = ("_parent", "_parent_token", "_token", "sink")
+
+    def __init__(self, parent: str | None = None) -> None:
+        self._parent = parent
 
     def __enter__(self) -> list[StepRecord]:
         self.sink: list[StepRecord] = []
         self._token = _CHILDREN.set(self.sink)
+        self._parent_token = None if self._parent is None else PARENT.set(self._parent)
         return self.sink
 
     def __exit__(self, *exc: object) -> None:
+        if self._parent_token is not None:
+            PARENT.reset(self._parent_token)
         _CHILDREN.reset(self._token)
 
 

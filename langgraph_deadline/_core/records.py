@@ -7,7 +7,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-__all__ = ["Outcome", "StepKind", "StepRecord", "StepStatus", "Terminal"]
+__all__ = ["Outcome", "StepKind", "StepRecord", "StepStatus", "Terminal", "step_link"]
 
 StepKind = Literal["node", "tool", "model", "http"]
 
@@ -80,6 +80,8 @@ class StepRecord(_PlainData):
 
     Times are milliseconds. `requested_ms` is the step's own cap (None when it has none);
     `allocated_ms` is what it got, `clamped` tells whether the run's deadline cut it below the cap.
+    `parent` names the step it ran inside (a tool call's `tools` node, a node's enclosing node)
+    by that step's `link`; None at the top, and in records made before it existed.
     """
 
     name: str
@@ -98,6 +100,12 @@ class StepRecord(_PlainData):
     # or which model a fallback model call stood in for
     hedges: int = 0  # extra identical copies started (a hedged read-only tool call)
     winner: int | None = None  # which copy answered a hedged call (0: the first); None: none
+    parent: str | None = None  # the `link` of the step this one ran inside
+
+    @property
+    def link(self) -> str | None:
+        """How a step run inside this one names it in its `parent` (None: no start time)."""
+        return None if self.started_at is None else step_link(self.name, self.started_at)
 
     def __post_init__(self) -> None:
         self._fill(self.to_dict())
@@ -129,6 +137,12 @@ class StepRecord(_PlainData):
 
 
 _RECORD_FIELDS: Final = tuple(f.name for f in dataclasses.fields(StepRecord))
+
+
+def step_link(name: str, started_at: float) -> str:
+    """A step's `link`: its name and start time (epoch seconds), as `"tools@1767225600.123456"`:
+    plain text for checkpoints and traces, unique among the steps of a run."""
+    return f"{name}@{started_at!r}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,7 @@ from .._core.run import StepResult
 from .inputs import plain_input
 from .messages import close_pending, open_tool_calls
 from .retries import policies, retries_on, would_not_fit
-from .seams import DRAIN_REASON, drain
+from .seams import DRAIN_REASON, drain, uncached
 from .settings import NodeSettings
 from .state import RUN_OVER, state_fields, with_trace
 
@@ -61,7 +61,8 @@ def ended(
     - In a run with no checkpoint (nothing to resume) the node ends its superstep with the
       outcome (and the answers to its open tool calls), so the siblings' results reach the
       returned state; the run drains, and `with_deadlines` keeps the node's routers from
-      running (`routes.py`).
+      running (`routes.py`). That update is no result: it is kept out of LangGraph's node
+      cache, so the same input runs the node again.
     - Outside `with_deadlines` (a hand-built graph) nothing above the node can turn a drain into
       a return value: a state with the deadline fields gets the outcome written and the run
       drains (LangGraph raises `GraphDrained` if more steps were scheduled); a state without
@@ -100,6 +101,7 @@ def ended(
             run.owed = (*run.owed, *close_pending(calls, rec, finished))
         raise GraphDrained(DRAIN_REASON) from err
     drain()
+    uncached()
     update: dict[str, Any] = {}
     if calls:
         update["messages"] = close_pending(calls, rec, finished)
@@ -133,6 +135,8 @@ def finish(
     """
     status = result.status
     if status is StepStatus.COMPLETED:
+        if any(not _real(r.status) for r in children):
+            uncached()  # an answer made of a cut or stale step is no result to replay
         value = plain_input(result.value)  # a node may bring the deadline forward, as plain data
         return with_trace(value, [*children, result.record]) if has_fields(state) else value
     if status.cut:
@@ -146,9 +150,16 @@ def finish(
     raise err
 
 
+def _real(status: StepStatus) -> bool:
+    """True for a step that ran to its own end (completed, or failed by itself)."""
+    return not (status.ran_out or status is StepStatus.STALE)
+
+
 def finish_unbounded(state: Any, value: Any, children: list[StepRecord]) -> Any:
     """The update of a node that nothing bounded and that completed: the records of the steps
     inside it, and none of its own (see `NodeStep`)."""
+    if any(not _real(r.status) for r in children):
+        uncached()
     value = plain_input(value)
     return with_trace(value, children) if children and has_fields(state) else value
 

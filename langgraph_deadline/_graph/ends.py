@@ -21,10 +21,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import RunControl
 from langgraph.types import Command, Overwrite
 
+from .._core.errors import DeadlineExceeded
 from .._core.plan import RUN_KEY, RunTracker
 from .._core.records import Outcome, StepRecord, Terminal
 from .messages import answer_open_calls, ending_messages, is_ending, messages_of
-from .resume import akeep_deadline, keep_deadline, saved
+from .resume import akeep_deadline, aresume, keep_deadline, resume, saved
 from .state import RUN_OVER
 from .terminal import emit_run_outcome, exceeded, final_outcome, outcome_from
 
@@ -35,6 +36,7 @@ __all__ = [
     "CANCEL_WRITE_S",
     "afinal_state",
     "agranted",
+    "aresumed",
     "akeep_completed",
     "akeep_left",
     "akeep_records",
@@ -45,6 +47,7 @@ __all__ = [
     "keep_left",
     "keep_records",
     "ran_out_at_the_end",
+    "resumed",
 ]
 
 log = logging.getLogger("langgraph_deadline")
@@ -319,6 +322,61 @@ def assemble(
     return state, update
 
 
+def resumed(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
+    """`resume.resume`; a resume after the thread's deadline also leaves the thread valid for
+    its next turn (see `_answered_late`). What the caller gets, or None to go on."""
+    try:
+        ended = resume(graph, run, cfg)
+    except DeadlineExceeded as exc:  # a graph without deadline fields: refused
+        exc.state, update = _answered_late(graph, exc.state, exc.outcome)
+        _write(graph, cfg, update)
+        raise
+    if ended is not None:
+        ended, update = _answered_late(graph, ended, ended["deadline_outcome"])
+        _write(graph, cfg, update)
+    return ended
+
+
+async def aresumed(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
+    """`resumed`, asynchronously."""
+    try:
+        ended = await aresume(graph, run, cfg)
+    except DeadlineExceeded as exc:
+        exc.state, update = _answered_late(graph, exc.state, exc.outcome)
+        await _awrite(graph, cfg, update)
+        raise
+    if ended is not None:
+        ended, update = _answered_late(graph, ended, ended["deadline_outcome"])
+        await _awrite(graph, cfg, update)
+    return ended
+
+
+def _answered_late(
+    graph: DeadlineRuns, values: Any, outcome: Outcome
+) -> tuple[Any, dict[str, Any]]:
+    """A resume refused after the deadline (a human's approval that came too late): the thread
+    stays paused where it was, for a grant, and the tool calls its messages leave open get the
+    model-readable "skipped" answer (with the closing reply, given a `reserve`), marked as
+    ending messages, as a run that ran out leaves them: the next turn's history is valid (no
+    open tool call before a new user message), and a grant removes them before the paused
+    run goes on. The state the caller gets, and the update for the checkpoint."""
+    messages = messages_of(values)
+    if not messages or not _removes(graph):
+        return values, {}
+    owed = answer_open_calls(messages, ())
+    if not owed:
+        return values, {}
+    settings = graph.deadline_settings
+    closing = settings.closing_message and settings.reserve > 0
+    shown, stored = ending_messages(messages, owed, outcome, closing=closing)
+    return {**values, "messages": shown}, {"messages": stored}
+
+
+def _removes(graph: DeadlineRuns) -> bool:
+    """True when the graph's `messages` reducer removes messages (`add_messages`)."""
+    return getattr(graph.channels.get("messages"), "operator", None) is add_messages
+
+
 def granted(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> Any:
     """`input`; a grant of more time (`Command(update=deadline_input(s))`) on a thread whose last
     run ran out also removes the messages that ended that run (`ENDING`: the cut step's owed
@@ -350,8 +408,7 @@ def _removable(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> bool:
         return False
     if not isinstance(input.update.get("deadline"), Overwrite):
         return False
-    channel = graph.channels.get("messages")
-    return saved(graph, cfg) and getattr(channel, "operator", None) is add_messages
+    return saved(graph, cfg) and _removes(graph)
 
 
 def _superseding(grant: Command[Any], values: Any) -> Command[Any]:

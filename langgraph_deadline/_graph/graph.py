@@ -32,17 +32,20 @@ from .ends import (
     akeep_completed,
     akeep_left,
     akeep_records,
+    aresumed,
     final_state,
     granted,
     keep_completed,
     keep_left,
     keep_records,
     ran_out_at_the_end,
+    resumed,
 )
 from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
 from .late import alate_chunks, alate_result, late_chunks, late_result, too_late
 from .node import unwrapped
-from .resume import akeep_deadline, aresume, keep_deadline, resume, saved, thread_deadline
+from .node_cache import deadline_cache
+from .resume import akeep_deadline, keep_deadline, saved, thread_deadline
 from .retries import ain_run, enter_run, in_run, leave_run
 from .seams import DRAIN_REASON, check_thread
 from .served import request_limit
@@ -76,6 +79,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         class `StateGraph.compile` builds. `tests/graph/test_seams.py` fails if that changes."""
         attrs = {k: v for k, v in vars(compiled).items() if k != "__orig_class__"}
         attrs["_lgd_settings"] = settings
+        attrs["cache"] = deadline_cache(compiled.cache)  # our fields stay out of it
         return cls(**attrs)._keep(compiled)
 
     def copy(self, update: dict[str, Any] | None = None) -> Self:
@@ -184,7 +188,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         run, input, cfg = self._start(input, config)
         mode = kwargs.get("stream_mode", self.stream_mode)
         if not prepared and self._resuming(input):
-            if (ended := resume(self, run, cfg)) is not None:
+            if (ended := resumed(self, run, cfg)) is not None:
                 yield from closing(ended, run, mode, kwargs, news=True)
                 return
         elif not prepared and (refused := too_late(self, run, input)) is not None:
@@ -244,7 +248,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         run, input, cfg = self._start(input, config)
         mode = kwargs.get("stream_mode", self.stream_mode)
         if self._resuming(input):
-            if (ended := await aresume(self, run, cfg)) is not None:
+            if (ended := await aresumed(self, run, cfg)) is not None:
                 for chunk in closing(ended, run, mode, kwargs, news=True):
                     yield chunk
                 return
@@ -312,7 +316,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         run, input, cfg = self._start(input, config)
         if self._resuming(input):
-            ended = resume(self, run, cfg)
+            ended = resumed(self, run, cfg)
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
@@ -327,7 +331,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         """Like `CompiledStateGraph.ainvoke`; also cancels the whole run at its deadline."""
         run, input, cfg = self._start(input, config)
         if self._resuming(input):
-            ended = await aresume(self, run, cfg)
+            ended = await aresumed(self, run, cfg)
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:

@@ -33,6 +33,7 @@ __all__ = [
     "scheduling_with",
     "task_name",
     "task_writer",
+    "uncached",
 ]
 
 PASSTHROUGH: Final[tuple[type[BaseException], ...]] = (GraphBubbleUp,)
@@ -84,6 +85,28 @@ def drain() -> None:
     control = getattr(_runtime(), "control", None)
     if control is not None:
         control.request_drain(DRAIN_REASON)
+
+
+NO_WRITES: Final = "__no_writes__"
+"""The write LangGraph 1.x gives a task that wrote nothing; `apply_writes` sends it to no channel
+and the "updates" stream leaves it out, so a marker riding on it changes nothing a run shows.
+(An `__error__` write would also keep a task out of the cache, but it hides the node's update
+from the stream and marks the task failed in the checkpoint.)"""
+UNCACHED: Final = "langgraph_deadline: ended early by the deadline, not cached"
+
+
+def uncached(config: Mapping[str, Any] | None = None) -> None:
+    """Keep the running node's writes out of LangGraph's node cache (`cache_policy=`): a node
+    the deadline ended early, or whose answer holds a step that did not complete, must run
+    again on the same input. Adds the marker `(NO_WRITES, UNCACHED)` to the task's writes, which
+    no channel reads and `DeadlineCache` (the cache `with_deadlines` compiles with) refuses to
+    store. The running config is read from the context when `config` is not given; outside a
+    run, nothing."""
+    if config is None:
+        config = var_child_runnable_config.get()
+    send = task_writer(config)
+    if send is not None:
+        send([(NO_WRITES, UNCACHED)])
 
 
 def runs_on_a_thread(node: Any) -> bool:

@@ -94,7 +94,7 @@ class NodeStep:
             with callbacks_in_context(said):  # model calls that read the context
                 return body(config)
 
-        with child_records() as children:
+        with child_records(plan.link) as children:
             result = run_sync(plan, guarded, run=run, passthrough=PASSTHROUGH)
         kept(said, result, run)
         return finish(state, result, children, plan, self.settings, run, finished)
@@ -126,7 +126,7 @@ class NodeStep:
         stopped = streams_stopped()  # its model streams end at the cut, on a thread too
         try:
             with (
-                child_records() as children,
+                child_records(plan.link) as children,
                 StepRun(plan, run, passthrough=PASSTHROUGH) as step,
                 callbacks_in_context(said),
             ):

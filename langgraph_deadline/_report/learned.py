@@ -1,18 +1,20 @@
 """The report's latency-book table: what `learned(book, ...)` would learn from a trace.
 
 Every step record of the trace goes into a `LatencyBook` (finished steps as samples, steps cut
-at their budget as censored ones), and each step gets its learned p50/p90/p99 (">=" when the
-quantile lies in the censored tail), its censored share, and the cap `learned` would choose.
+at their budget, or with a step inside them cut, as censored ones), and each step gets its
+learned p50/p90/p99 (">=" when the quantile lies in the censored tail), its censored share,
+and the cap `learned` would choose.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from .._core.records import StepStatus
 from .._learn.book import LatencyBook
 from .._learn.policy import learned
 from .._learn.sketch import Estimate
-from .trace import Trace
+from .trace import Trace, cut_short
 
 __all__ = ["HEADROOM", "MIN_SAMPLES", "QUANTILE", "book_of", "format_learned"]
 
@@ -25,11 +27,13 @@ MIN_SAMPLES: Final = 50
 def book_of(trace: Trace) -> LatencyBook:
     """A latency book fed every step record of `trace` (and hearing nothing else)."""
     book = LatencyBook(listen=False)
-    for run in trace.runs:
-        for record in run.steps:
-            book.add(record)
-    for record in trace.loose:
-        book.add(record)
+    for steps in (*(run.steps for run in trace.runs), trace.loose):
+        for record, short in zip(steps, cut_short(steps), strict=True):
+            if short and record.status is StepStatus.COMPLETED:
+                # It completed, but a step inside it was cut: its time is a bound below.
+                book.record(record.kind, record.name, record.elapsed_ms / 1000.0, censored=True)
+            else:
+                book.add(record)
     return book
 
 

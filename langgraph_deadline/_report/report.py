@@ -71,7 +71,7 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
             _pct(s.run_share),
             _pct(s.exceeded_rate),
             str(s.abandoned),
-            f"{_ms(s.recommended_cap_ms, whole=True)} ({s.healthy})",
+            f"{_cap(s)} ({s.healthy})",
         )
         for s in stats
     ]
@@ -81,8 +81,10 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
         "spent in the step per run."
     )
     lines.append(
-        "exceeded: skipped, timed out or abandoned. cap: p99 elapsed of completed steps in "
-        f"completed runs x {headroom:g}, rounded up to {CAP_ROUNDING_MS:g} ms."
+        "exceeded: skipped, timed out or abandoned, itself or in a step it ran (a tool call in "
+        "its node). cap: p99 elapsed of the other completed steps in completed runs and of "
+        f"the steps cut short (at their cut) x {headroom:g}, rounded up to "
+        f"{CAP_ROUNDING_MS:g} ms; >=: that p99 lies among the cut ones, which needed more."
     )
     return "\n".join(lines)
 
@@ -104,6 +106,11 @@ def _ms(value: float | None, *, whole: bool = False) -> str:
     if value is None:
         return "-"
     return f"{value:.0f}" if whole or value >= 100 else f"{value:.1f}"
+
+
+def _cap(stats: StepStats) -> str:
+    """The suggested cap; `>=` when it is only a bound below (steps cut short needed more)."""
+    return (">=" if stats.cap_at_least else "") + _ms(stats.recommended_cap_ms, whole=True)
 
 
 def _pct(value: float | None) -> str:

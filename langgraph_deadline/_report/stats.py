@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from .._core.records import StepRecord, StepStatus, Terminal
-from .trace import Trace, TraceRun
+from .trace import Trace, TraceRun, cut_short
 
 __all__ = ["CAP_ROUNDING_MS", "StepStats", "percentile", "step_stats"]
 
@@ -38,8 +38,11 @@ class StepStats:
     """One step's numbers over a trace. Times in ms; shares and rates in 0..1; None: no data.
 
     `elapsed` holds the elapsed times of the records that started (not skipped);
-    `recommended_cap_ms` is the p99 of the completed records of completed runs times the
-    headroom, rounded up to 10 ms, from `healthy` samples.
+    `exceeded_rate` is the share cut short, by itself or in a step it ran (`trace.cut_short`);
+    `recommended_cap_ms` is the p99 of the `healthy` samples (completed, nothing inside cut
+    short, in completed runs) and of the times steps were cut short at (each needed more), times
+    the headroom, rounded up to 10 ms; `cap_at_least` when that p99 lies among the cut ones
+    (the true value is more, and the cap is above it).
     """
 
     name: str
@@ -55,27 +58,44 @@ class StepStats:
     abandoned: int
     healthy: int
     recommended_cap_ms: float | None
+    cap_at_least: bool = False
 
 
 def step_stats(trace: Trace, *, headroom: float = 1.2) -> list[StepStats]:
     """Per-step statistics, steps in the order they first appear in the trace."""
-    order: dict[tuple[str, str], list[tuple[StepRecord, TraceRun | None]]] = {}
+    order: dict[tuple[str, str], list[_Item]] = {}
     for run in trace.runs:
-        for rec in run.steps:
-            order.setdefault((rec.name, rec.kind), []).append((rec, run))
-    for rec in trace.loose:
-        order.setdefault((rec.name, rec.kind), []).append((rec, None))
+        for rec, short in zip(run.steps, cut_short(run.steps), strict=True):
+            order.setdefault((rec.name, rec.kind), []).append((rec, run, short))
+    for rec, short in zip(trace.loose, cut_short(trace.loose), strict=True):
+        order.setdefault((rec.name, rec.kind), []).append((rec, None, short))
     return [_stats(name, kind, items, headroom) for (name, kind), items in order.items()]
 
 
-def _stats(
-    name: str, kind: str, items: list[tuple[StepRecord, TraceRun | None]], headroom: float
-) -> StepStats:
-    started = [r for r, _ in items if r.status is not StepStatus.SKIPPED]
+_Item = tuple[StepRecord, TraceRun | None, bool]  # a record, its run, whether it was cut short
+
+
+def _cap(healthy: list[float], cut_at: list[float], headroom: float) -> tuple[float | None, bool]:
+    """The suggested cap (ms) from the healthy samples and the times steps were cut short at,
+    and whether the p99 is only a bound below (a cut sample at or above it)."""
+    samples = healthy + cut_at
+    if not samples:
+        return None, False
+    p99 = percentile(samples, 99)
+    steps = round(p99 * headroom / CAP_ROUNDING_MS, 6)  # no step up for a float's last bit
+    cap = max(CAP_ROUNDING_MS, math.ceil(steps) * CAP_ROUNDING_MS)
+    at_least = any(t >= p99 for t in cut_at)
+    if at_least:  # it needed more than p99: never that or below
+        cap = max(cap, (math.floor(p99 / CAP_ROUNDING_MS) + 1) * CAP_ROUNDING_MS)
+    return cap, at_least
+
+
+def _stats(name: str, kind: str, items: list[_Item], headroom: float) -> StepStats:
+    started = [r for r, _, _ in items if r.status is not StepStatus.SKIPPED]
     elapsed = tuple(r.elapsed_ms for r in started)
     shares = [r.elapsed_ms / r.allocated_ms for r in started if r.allocated_ms]
     per_run: dict[str, tuple[float, float]] = {}
-    for rec, run in items:
+    for rec, run, _ in items:
         budget = run.budget_ms if run is not None else None
         if run is None or not budget or rec.status is StepStatus.SKIPPED:
             continue
@@ -83,15 +103,16 @@ def _stats(
         per_run[run.run_id] = (spent + rec.elapsed_ms, budget)
     healthy = [
         r.elapsed_ms
-        for r, run in items
+        for r, run, short in items
         if run is not None
         and run.terminal is Terminal.COMPLETED
         and r.status is StepStatus.COMPLETED
+        and not short
     ]
-    cap = None
-    if healthy:
-        raw = percentile(healthy, 99) * headroom
-        cap = max(CAP_ROUNDING_MS, math.ceil(raw / CAP_ROUNDING_MS) * CAP_ROUNDING_MS)
+    # A step cut short at t ms needed more than t: a sample of at least t (as a latency book
+    # keeps it), so a step often cut short does not look fast.
+    cut_at = [r.elapsed_ms for r, _, short in items if short and r.status is not StepStatus.SKIPPED]
+    cap, at_least = _cap(healthy, cut_at, headroom)
     return StepStats(
         name=name,
         kind=kind,
@@ -102,8 +123,9 @@ def _stats(
         p99=percentile(elapsed, 99) if elapsed else None,
         budget_used=percentile(shares, 50) if shares else None,
         run_share=(sum(s / b for s, b in per_run.values()) / len(per_run)) if per_run else None,
-        exceeded_rate=sum(r.status.ran_out for r, _ in items) / len(items),
-        abandoned=sum(r.status is StepStatus.ABANDONED for r, _ in items),
+        exceeded_rate=sum(short for _, _, short in items) / len(items),
+        abandoned=sum(r.status is StepStatus.ABANDONED for r, _, _ in items),
         healthy=len(healthy),
         recommended_cap_ms=cap,
+        cap_at_least=at_least,
     )

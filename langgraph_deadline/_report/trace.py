@@ -8,13 +8,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._core.records import StepRecord, Terminal
+from .._core.records import StepRecord, StepStatus, Terminal
 
-__all__ = ["Trace", "TraceRun", "read_trace"]
+__all__ = ["Trace", "TraceRun", "cut_short", "read_trace"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,6 +74,23 @@ class Trace:
             what = "no run" if not found else f"{len(found)} runs"
             raise LookupError(f"{what} with id {run_id!r} in the trace")
         return found[0]
+
+
+def cut_short(steps: Sequence[StepRecord]) -> list[bool]:
+    """For each of a run's records, in order: whether the step was cut short, itself (skipped,
+    timed out, abandoned, answered stale after a cut) or in a step it ran (its `parent`: a
+    tool call cut inside its `tools` node). Its time is then no sample of how long it takes:
+    at most a bound below it. A step's record comes after those of the steps inside it."""
+    inside: set[str] = set()  # the links of the steps a step cut short ran inside
+    out: list[bool] = []
+    for rec in steps:
+        short = rec.status.ran_out or rec.status is StepStatus.STALE
+        if not short and inside and (link := rec.link) is not None:
+            short = link in inside
+        if short and rec.parent is not None:
+            inside.add(rec.parent)
+        out.append(short)
+    return out
 
 
 def _slowness(run: TraceRun) -> tuple[float, float]:

@@ -14,7 +14,7 @@ from langgraph.errors import GraphBubbleUp
 from .._core.context import current_deadline, current_scopes
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
-from .._core.plan import Plan, RunTracker, run_from_config
+from .._core.plan import Plan, RunTracker, current_parent, run_from_config
 from .._core.record import record_child
 from .._core.records import StepStatus
 from .policy import Policy
@@ -62,6 +62,7 @@ class Call:
             min_viable=self.policy.min_attempt,
             started=time.monotonic(),
             sync=self.sync,
+            parent=current_parent(),
         )
 
     def record(self, plan: Plan, status: StepStatus, source: str | None = None) -> None:

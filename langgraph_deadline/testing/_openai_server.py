@@ -41,7 +41,14 @@ from ._chat_record import ServedChatRequest, disconnects
 from ._chat_script import ChatReply, check_seconds, words
 from ._ports import unused_port_socket
 
-__all__ = ["DEFAULT_CHUNK_INTERVAL", "AsgiEndpoint", "Exchange", "FakeOpenAIServer", "parse_body"]
+__all__ = [
+    "DEFAULT_CHUNK_INTERVAL",
+    "AsgiEndpoint",
+    "Exchange",
+    "FakeOpenAIServer",
+    "invalid_messages",
+    "parse_body",
+]
 
 DEFAULT_CHUNK_INTERVAL = 0.005
 """Seconds between two token chunks of a stream, unless the server or the reply says otherwise."""
@@ -59,9 +66,11 @@ class FakeOpenAIServer(Background):
     ```
 
     Replies are served in order, one per request (retries included); when the script runs out,
-    `default_reply` is served. Works with `with` and `async with`; the `await_*` helpers wait
-    without blocking the event loop (use them in async tests: the client you just cancelled may
-    need the loop to close its socket).
+    `default_reply` is served. As OpenAI does, a request whose `messages` leave a tool call
+    unanswered (or answer one never made) is refused with a 400, without using the script.
+    Works with `with` and `async with`; the `await_*` helpers wait without blocking the event
+    loop (use them in async tests: the client you just cancelled may need the loop to close
+    its socket).
     """
 
     def __init__(
@@ -290,6 +299,8 @@ class FakeOpenAIServer(Background):
         with self._changed:
             if bad is not None:  # answered 400; the script is not consumed
                 reply = ChatReply.error(400, f"invalid JSON body: {bad}")
+            elif (why := invalid_messages(body)) is not None:  # as OpenAI refuses a history
+                reply = ChatReply.error(400, why)
             else:
                 reply = self._script.popleft() if self._script else self.default_reply
             rec = ServedChatRequest(len(self.requests), started, body, headers, reply)
@@ -322,6 +333,43 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any], str | None]:
     if not isinstance(parsed, dict):
         return {}, "the body is not a JSON object"
     return parsed, None
+
+
+def invalid_messages(body: Mapping[str, Any]) -> str | None:
+    """Why OpenAI would refuse the body's `messages` with a 400, as it words it, or None.
+
+    The history rules a real provider checks: an assistant message with `tool_calls` is
+    followed by a `tool` message answering each call, before any other message; a `tool`
+    message answers a call of the assistant message before it."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    open_calls: dict[str, int] = {}  # an open call's id -> the index of the message that made it
+    for i, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role == "tool":
+            if message.get("tool_call_id") not in open_calls:
+                return (
+                    f"Invalid parameter: messages.[{i}]: messages with role 'tool' must be a "
+                    "response to a preceeding message with 'tool_calls'."
+                )
+            del open_calls[message["tool_call_id"]]
+            continue
+        if open_calls:
+            return _unanswered(open_calls)
+        if role == "assistant":
+            for call in message.get("tool_calls") or ():
+                if isinstance(call, Mapping) and isinstance(call.get("id"), str):
+                    open_calls[call["id"]] = i
+    return _unanswered(open_calls) if open_calls else None
+
+
+def _unanswered(open_calls: Mapping[str, int]) -> str:
+    return (
+        f"messages.[{min(open_calls.values())}]: An assistant message with 'tool_calls' must be "
+        "followed by tool messages responding to each 'tool_call_id'. The following "
+        f"tool_call_ids did not have response messages: {', '.join(open_calls)}"
+    )
 
 
 class Exchange:

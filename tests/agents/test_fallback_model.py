@@ -10,6 +10,7 @@ import re
 import time
 from typing import Any
 
+import anyio
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
@@ -252,7 +253,7 @@ def test_bad_fallbacks_are_refused_when_made_naming_the_argument() -> None:
     named = budgeted_model(main, fallbacks=[budgeted_model(other, name="fast", cap=2.0)])
     assert named.fallbacks == ("fast",)
     assert named.step_name == "gpt-slow"
-    assert budgeted_model(main).step_name == "ChatOpenAI"  # without fallbacks: as before
+    assert budgeted_model(main).step_name == "gpt-slow"  # the same name without fallbacks
 
 
 @pytest.mark.anyio
@@ -281,3 +282,25 @@ def test_a_model_the_book_saw_cut_counts_as_at_least_as_slow_as_its_cuts() -> No
     expected = chain.expected("gpt-slow")
     assert expected is not None and expected >= 1.5 * 0.99
     assert chain.expected("gpt-fast") is None  # no samples: no prediction
+
+
+@pytest.mark.parametrize("with_fallbacks", [False, True])
+@pytest.mark.anyio
+async def test_a_models_step_has_one_name_however_it_is_called(
+    slow: FakeOpenAIServer, fast: FakeOpenAIServer, steps: list[StepRecord], with_fallbacks: bool
+) -> None:
+    """Sync or async, with or without fallbacks: the step, its record and the error that says
+    where the time ran out name the model by its id (a book's samples keep their key)."""
+    slow.default_reply = ChatReply.hang()
+    fast.default_reply = ChatReply.hang()
+    fallbacks = [chat(fast, "gpt-fast", max_retries=0)] if with_fallbacks else None
+    llm = budgeted_model(chat(slow, "gpt-slow", max_retries=0), fallbacks=fallbacks)
+    assert llm.step_name == "gpt-slow"
+    with pytest.raises(DeadlineExceeded) as sync_cut, deadline_scope(0.5):
+        await anyio.to_thread.run_sync(llm.invoke, "hi")
+    with pytest.raises(DeadlineExceeded) as async_cut:
+        async with deadline_scope(0.5):
+            await llm.ainvoke("hi")
+    assert sync_cut.value.step == async_cut.value.step == "gpt-slow"
+    assert "gpt-slow" in str(async_cut.value)
+    assert {r.name for r in steps if r.kind == "model"} == {"gpt-slow"}

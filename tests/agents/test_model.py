@@ -61,7 +61,7 @@ async def test_in_a_graph_node_the_model_is_cut_with_the_node_and_the_stream_sto
     assert outcome.terminal is Terminal.DEADLINE_EXCEEDED and outcome.step == "respond"
     kinds = {(r.kind, r.name): r.status for r in out["deadline_trace"]}
     assert kinds == {
-        ("model", "ChatOpenAI"): StepStatus.TIMED_OUT,
+        ("model", "gpt-fake"): StepStatus.TIMED_OUT,
         ("node", "respond"): StepStatus.TIMED_OUT,  # timed out with its node, not failed
     }
     await await_nothing_sent_after(server, Deadline.at(out["deadline"]), within=MARGIN)
@@ -86,7 +86,7 @@ async def test_below_min_viable_no_request_is_made(server: FakeOpenAIServer) -> 
     async with deadline_scope(0.3):
         with pytest.raises(DeadlineExceeded, match="not started") as refused:
             await llm.ainvoke("hi")
-    assert refused.value.step == "ChatOpenAI"
+    assert refused.value.step == "gpt-fake"
     assert server.requests == []
 
 

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import operator
 import time
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, Send, interrupt
 from typing_extensions import TypedDict
@@ -161,15 +158,6 @@ def _refund_script() -> ScriptedChatModel:
     return ScriptedChatModel(
         script=[tool_calls(("refund", {"order": "42"})), AIMessage("refunded")]
     )
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def saver(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
-    if request.param == "memory":
-        yield InMemorySaver()
-        return
-    with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.db")) as sqlite:
-        yield sqlite
 
 
 def _resume_twice(graph: Any, wait: float = 0.0) -> tuple[Any, Any]:

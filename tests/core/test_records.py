@@ -27,6 +27,18 @@ def test_a_record_round_trips_through_plain_data(status: StepStatus) -> None:
     assert StepRecord.from_dict({**record.to_dict(), "unknown": 1}) == record
 
 
+def test_a_records_parent_link_is_plain_text_and_old_records_still_load() -> None:
+    node = _record(StepStatus.COMPLETED)
+    assert node.link is None  # no start time: nothing can name it
+    started = StepRecord.from_dict({**node.to_dict(), "started_at": 1_767_225_600.25})
+    assert started.link == "search@1767225600.25"
+    child = StepRecord.from_dict({**node.to_dict(), "parent": started.link})
+    assert child.to_dict()["parent"] == "search@1767225600.25"
+    assert StepRecord.from_dict(child.to_dict()) == child
+    old = {k: v for k, v in node.to_dict().items() if k != "parent"}  # written before the field
+    assert StepRecord.from_dict(old).parent is None
+
+
 def test_an_outcome_round_trips_through_plain_data() -> None:
     outcome = Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step="search", reason="r", elapsed_ms=1)
     assert Outcome.from_dict(outcome.to_dict()) == outcome

@@ -41,6 +41,9 @@ def chat(server: FakeOpenAIServer, **kwargs: Any) -> ChatOpenAI:
     return ChatOpenAI(base_url=server.base_url, api_key="test", model="gpt-fake", **options)
 
 
+_REFUND = {"name": "refund", "args": {"order": "42"}, "id": "call_1", "type": "tool_call"}
+
+
 @tool
 def lookup_order(order_id: str) -> str:
     """Look up an order by id."""
@@ -401,3 +404,33 @@ def test_a_port_an_earlier_server_had_is_never_handed_out_again(monkeypatch: Any
         assert offered == [first.port]
         assert second.port != first.port
         ask(second)
+
+
+@pytest.mark.parametrize(
+    ("history", "why"),
+    [
+        (
+            [HumanMessage("refund 42"), AIMessage("", tool_calls=[_REFUND]), HumanMessage("?")],
+            "did not have response messages: call_1",
+        ),
+        ([HumanMessage("refund 42"), AIMessage("", tool_calls=[_REFUND])], "call_1"),
+        (
+            [HumanMessage("hi"), ToolMessage("refunded", tool_call_id="call_1")],
+            "must be a response to a preceeding message with 'tool_calls'",
+        ),
+    ],
+    ids=["open-call-then-user", "open-call-last", "tool-without-call"],
+)
+@pytest.mark.anyio
+async def test_a_history_a_real_provider_refuses_is_answered_400(
+    server: FakeOpenAIServer, history: list[Any], why: str
+) -> None:
+    """As OpenAI: every tool call of an assistant message answered right after it, and no
+    answer without its call; the scripted reply is kept for the next valid request."""
+    server.enqueue(ChatReply.text("ok"))
+    with pytest.raises(openai.BadRequestError, match=why) as caught:
+        await chat(server).ainvoke(history)
+    assert caught.value.status_code == 400
+    answered = [*history[:2], ToolMessage("refunded", tool_call_id="call_1"), HumanMessage("?")]
+    if isinstance(history[1], AIMessage):
+        assert (await chat(server).ainvoke(answered)).content == "ok"
