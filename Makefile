@@ -31,7 +31,13 @@ SERVER       := .venv-server
 SERVER_STAMP := $(SERVER)/.installed
 SERVER_PINS  := langhost==0.11.1.post1 langgraph-runtime-pg==0.11.1.post1 langgraph-api==0.11.1
 
-.PHONY: demo test test-lowest test-bare suite lint docs bench clean
+# LangChain's own agent tests (from its sdist) with the test tools they need, in their own venv.
+AGENTS       := .venv-agents
+AGENTS_STAMP := $(AGENTS)/.installed
+AGENTS_TEST  := pytest pytest-timeout 'pytest-xdist[psutil]' pytest-asyncio pytest-socket \
+	pytest-mock syrupy toml blockbuster langchain-tests langchain-openai vcrpy
+
+.PHONY: demo test test-lowest test-bare suite agents-suite lint docs bench clean
 
 $(STAMP): pyproject.toml
 	@echo "First run: installing the package and the development tools in $(VENV)/ (a few minutes, once)..."
@@ -96,6 +102,18 @@ $(SERVER_STAMP): pyproject.toml
 suite: $(SUITE_STAMP)
 	$(SUITE)/bin/python scripts/langgraph_suite/run.py
 
+$(AGENTS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(AGENTS)
+	$(AGENTS)/bin/python -m pip install --quiet --upgrade pip
+	$(AGENTS)/bin/python -m pip install --quiet -e '.[agents]' $(AGENTS_TEST)
+	touch $(AGENTS_STAMP)
+
+# LangChain's own agent tests, plain and with DeadlineMiddleware in every create_agent (listed
+# first, last, and first under with_deadlines), and under with_deadlines alone (a deadline nobody
+# reaches): fails on any test that passes plain and fails in a mode, but for the allowlist's.
+agents-suite: $(AGENTS_STAMP)
+	$(AGENTS)/bin/python scripts/agents_suite/run.py
+
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m ruff format --check .
@@ -108,4 +126,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(LOWEST) $(BARE) $(SUITE) $(SERVER) .suite .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) $(LOWEST) $(BARE) $(SUITE) $(SERVER) $(AGENTS) .suite .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -30,7 +30,7 @@ from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, wi
 from .run import skipped
 from .settings import MiddlewareSettings
 
-__all__ = ["acall_chain", "call_chain", "none_can_start"]
+__all__ = ["acall_chain", "call_chain"]
 
 Response = ModelResponse[Any] | ExtendedModelResponse[Any]
 
@@ -58,18 +58,6 @@ def _planner(
         )
 
     return plan_of
-
-
-def none_can_start(settings: MiddlewareSettings, state: Mapping[str, Any]) -> Plan | None:
-    """The agent's model call's plan when no model of the chain can start (its refusal, for
-    the agent's ending); None when one can."""
-    main = model_plan(settings, state, sync=False)
-    if not main.skip or settings.fallbacks is None:
-        return main if main.skip else None
-    plan_of = _planner(settings, state, sync=False)
-    if any(not plan_of(c).skip for c in settings.fallbacks.models):
-        return None
-    return main
 
 
 def _request_for(

@@ -21,7 +21,6 @@ from langchain.agents.middleware import (
     ModelRequest,
     ModelResponse,
     ToolCallRequest,
-    hook_config,
 )
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
@@ -40,12 +39,12 @@ from .._graph.state import deadline_from_state, fresh_run_update
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
 from .._tools.tool import DeadlineTool
-from .closing import give_up
 from .fallback import MIN_SAMPLES, fallbacks_of
-from .fallback_calls import acall_chain, call_chain, none_can_start
+from .fallback_calls import acall_chain, call_chain
 from .model import BudgetedModel
 from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
 from .run import RUN, DeadlineAgentState, elapsed_ms, fields, skipped
+from .seams import ToolHook
 from .settings import MiddlewareSettings
 from .tool_calls import ToolResult, ran_out, tool_plan, tool_result
 from .turn import handed_on, in_parent_graph, turn_in_progress
@@ -95,7 +94,11 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       so the model can plan fewer calls when time is short.
 
     List it first in `middleware=[...]`: it then wraps the others, so their retries and waits
-    (`ModelRetryMiddleware`, `ToolRetryMiddleware`) are cut at the budget too.
+    (`ModelRetryMiddleware`, `ToolRetryMiddleware`) are cut at the budget too. It may go
+    anywhere, and the agent may be under `with_deadlines` too: the other middleware see the
+    same requests and responses (a tool's own `ToolMessage`), the graph has the same edges and
+    LangChain the same checks, and a run takes two more steps (the run's start and end) against
+    `recursion_limit`. Every difference is listed in docs/howto/agents.md.
 
     Raises:
         TypeError, ValueError: a time is not a finite number >= 0 (or a cap is 0),
@@ -250,31 +253,16 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     # -- model calls ---------------------------------------------------------------------------
 
-    @hook_config(can_jump_to=["end"])
-    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """End the agent, gracefully, when the next model call cannot fit (or the run has ended)."""
-        values = fields(state)
-        outcome = values.get("deadline_outcome")
-        if isinstance(outcome, Outcome) and not outcome.ok:
-            return {"jump_to": "end"}
-        plan = none_can_start(self.settings, values)
-        if plan is None:
-            return None
-        return {**give_up(values, skipped(plan)), "jump_to": "end"}
-
-    @hook_config(can_jump_to=["end"])
-    async def abefore_model(
-        self, state: AgentState[Any], runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        return self.before_model(state, runtime)
-
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """The model call under its budget: cancelled at it, then the graceful ending."""
+        """The model call under its budget: cancelled at it, then the graceful ending. One that
+        cannot fit (or comes after the run ended) is not made: the agent ends, in words."""
         self.settings.check_tool_names(request.tools)
+        if (ended := _ended(self.settings, request)) is not None:
+            return ended
         if self.settings.fallbacks is not None:
             return await acall_chain(self.settings, request, handler)
         plan = model_plan(self.settings, request.state, sync=False)
@@ -294,6 +282,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Sync: the call runs on a worker thread the run stops waiting for at the budget (the
         thread cannot be killed: recorded `abandoned`); its token stream stops at the next chunk."""
         self.settings.check_tool_names(request.tools)
+        if (ended := _ended(self.settings, request)) is not None:
+            return ended
         if self.settings.fallbacks is not None:
             return call_chain(self.settings, request, handler)
         plan = model_plan(self.settings, request.state, sync=True)
@@ -311,15 +301,17 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     # -- tool calls ----------------------------------------------------------------------------
 
+    @ToolHook
     async def awrap_tool_call(
         self,
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        """The tool call under its budget; past it, a timeout message for the model."""
+        """The tool call under its budget; past it, a timeout message for the model. A call
+        of a tool the agent does not have (`request.tool` None) is budgeted too: a middleware
+        listed after this one may run it (a tool added at run time), or ToolNode answers it
+        with its own error."""
         tool = request.tool
-        if tool is None:  # not a tool of this agent: ToolNode answers with its own error
-            return await handler(request)
         plan = tool_plan(self.settings, request, sync=getattr(tool, "coroutine", True) is None)
         if plan.skip:
             return ran_out(request, plan, skipped(plan), [])
@@ -336,6 +328,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         result = await run_async(plan, body, commit=own, passthrough=PASSTHROUGH)
         return handed_on(tool_result(request, plan, result, inner, own=own), request.state)
 
+    @ToolHook
     def wrap_tool_call(
         self,
         request: ToolCallRequest,
@@ -343,8 +336,6 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ToolResult:
         """Sync: past its budget the tool's thread is abandoned (it cannot be killed)."""
         tool = request.tool
-        if tool is None:
-            return handler(request)
         plan = tool_plan(self.settings, request, sync=True)
         if plan.skip:
             return ran_out(request, plan, skipped(plan), [])
@@ -360,6 +351,17 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
         result = run_sync(plan, body, commit=own, passthrough=PASSTHROUGH)
         return handed_on(tool_result(request, plan, result, inner, own=own), request.state)
+
+
+def _ended(
+    settings: MiddlewareSettings, request: ModelRequest[Any]
+) -> ExtendedModelResponse[Any] | None:
+    """The agent's ending, when its run already ended early (an agent handed a turn that ran
+    out): no model call is made."""
+    outcome = fields(request.state).get("deadline_outcome")
+    if not isinstance(outcome, Outcome) or outcome.ok:
+        return None
+    return gave_up(request.state, skipped(model_plan(settings, request.state, sync=False)))
 
 
 def _book_for_note(

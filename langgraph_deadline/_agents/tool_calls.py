@@ -14,6 +14,7 @@ from .._core.plan import Plan, plan_step
 from .._core.record import record_child
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
+from .._graph.seams import task_writer
 from .._graph.state import deadline_from_state, with_trace
 from .._tools.messages import answer, timeout_message, timeout_of, tool_facts
 from .._tools.tool import DeadlineTool
@@ -51,7 +52,7 @@ def tool_result(
     itself); past its budget, a timeout message; errors raise."""
     if result.status is StepStatus.COMPLETED:
         assert result.value is not None
-        return _with_records(result.value, [*inner, result.record] if own else inner)
+        return _with_records(request, result.value, [*inner, result.record] if own else inner)
     if result.status.cut:
         if not own:
             record_child(result.record, None)
@@ -62,7 +63,7 @@ def tool_result(
 
 def ran_out(
     request: ToolCallRequest, plan: Plan, record: StepRecord, inner: Sequence[StepRecord]
-) -> Command[Any]:
+) -> ToolResult:
     """The answer of a call that ran out: `timeout_message` for the model, with the facts."""
     call = request.tool_call
     message = answer(
@@ -71,12 +72,23 @@ def ran_out(
         tool=call["name"],
         facts=tool_facts(record.status, record=record),
     )
-    return Command(update={"messages": [message], "deadline_trace": [*inner, record]})
+    return _with_records(request, message, [*inner, record])
 
 
-def _with_records(value: ToolResult, records: list[StepRecord]) -> ToolResult:
-    """A tool's answer carrying its step records into `deadline_trace`."""
+def _with_records(
+    request: ToolCallRequest, value: ToolResult, records: list[StepRecord]
+) -> ToolResult:
+    """A tool's answer, with its step records written to `deadline_trace` beside it: the
+    answer stays the tool's own (`ToolMessage` or `Command`), so middleware listed before this
+    one sees what it would see without it. Outside a LangGraph task (a `ToolNode` called
+    directly), and in a handoff to the parent graph (which this agent's state does not reach),
+    the records ride in the answer: a `Command` updating `deadline_trace` too."""
     if not records:
+        return value
+    handoff = isinstance(value, Command) and value.graph == Command.PARENT
+    writer = task_writer(getattr(request.runtime, "config", None))
+    if writer is not None and not handoff:
+        writer([("deadline_trace", records)])
         return value
     if isinstance(value, ToolMessage):
         return Command(update={"messages": [value], "deadline_trace": records})

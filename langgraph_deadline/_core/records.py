@@ -12,6 +12,26 @@ __all__ = ["Outcome", "StepKind", "StepRecord", "StepStatus", "Terminal", "step_
 StepKind = Literal["node", "tool", "model", "http"]
 
 
+class _PlainData(dict[str, Any]):
+    """A record that is also its own plain data: a read-only `dict` of what `to_dict` returns,
+    beside its typed fields. `json.dumps` of a graph's or an agent's output (which holds the
+    run's `Outcome` and `StepRecord`s) works as it is, and `record.status` stays typed."""
+
+    __slots__ = ()
+
+    def _fill(self, data: Mapping[str, Any]) -> None:
+        dict.update(self, data)
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{type(self).__name__} is read-only: dataclasses.replace makes another")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
+    __ior__ = _read_only
+
+    def __reduce__(self) -> Any:  # copy, deepcopy, pickle: rebuilt from its plain data
+        return (type(self).from_dict, (dict(self),))  # type: ignore[attr-defined]
+
+
 class Terminal(enum.StrEnum):
     """How a run ended. `CANCELLED` (a caller or parent gave up) is never `DEADLINE_EXCEEDED`."""
 
@@ -55,7 +75,7 @@ _RAN_OUT: frozenset[StepStatus] = _CUT | {StepStatus.SKIPPED}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class StepRecord:
+class StepRecord(_PlainData):
     """One step's account of its budget: what it was given, what it used, how it ended.
 
     Times are milliseconds. `requested_ms` is the step's own cap (None when it has none);
@@ -88,6 +108,9 @@ class StepRecord:
     def link(self) -> str | None:
         """How a step run inside this one names it in its `parent` (None: no start time)."""
         return None if self.started_at is None else step_link(self.name, self.started_at)
+
+    def __post_init__(self) -> None:
+        self._fill(self.to_dict())
 
     def ran_out_reason(self) -> str:
         """Why this step ended the run, in words a caller or a log reader can act on."""
@@ -125,7 +148,7 @@ def step_link(name: str, started_at: float) -> str:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
+class Outcome(_PlainData):
     """How a run ended: its `terminal`, the `step` where it ended (None when completed), why.
 
     `elapsed_ms` is the run's wall time from its entry to the outcome, when known.
@@ -135,6 +158,9 @@ class Outcome:
     step: str | None = None
     reason: str = ""
     elapsed_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        self._fill(self.to_dict())
 
     @property
     def ok(self) -> bool:

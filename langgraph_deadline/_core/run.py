@@ -7,6 +7,7 @@ through untouched: the caller names them in `passthrough`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Self, TypeVar
@@ -191,6 +192,13 @@ def run_sync(
 ) -> StepResult[T]:
     """Run a sync step under its budget. A thread cannot be killed: past its budget the step is
     left running in its own thread, recorded as `abandoned`, and the caller goes on in time.
+
+    Called on an event loop's thread (sync `invoke` from async code), the step runs on that
+    thread instead: the caller's sync call holds the loop's thread until it returns whichever
+    thread the step runs on, and waiting for a worker there would block the loop on a lock.
+    The step then stops only where it checks its budget (a model's token stream, `check()`,
+    an HTTP client with `deadline_hooks`); one that ends past its budget is `timed_out`, its
+    value let go, as if it had been cut there.
     """
     key = id(plan)
     if plan.budget is None:
@@ -203,8 +211,17 @@ def run_sync(
     if run is not None:
         run.in_flight[key] = plan
     step_deadline = plan.step_deadline()
-    job = _submit(Job(body, step_deadline, plan.name))
-    if not job.wait(plan.budget):
+    job = Job(body, step_deadline, plan.name)
+    if _on_a_loop_thread():
+        job.run()
+        if job.error is None and step_deadline is not None and step_deadline.expired:
+            job.error = DeadlineExceeded(
+                f"deadline exceeded in {plan.name} (ended past its budget, on the event loop's "
+                "thread)",
+                deadline=step_deadline,
+                step=plan.name,
+            )
+    elif not _submit(job).wait(plan.budget):
         overrun = DeadlineExceeded(
             f"deadline exceeded in {plan.name} (sync work abandoned, still running)",
             deadline=step_deadline,
@@ -232,6 +249,15 @@ def run_sync(
             return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=err))
         raise err
     return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=job.value))
+
+
+def _on_a_loop_thread() -> bool:
+    """Whether this thread is running an asyncio event loop (sync code called from a coroutine)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _finish(run: RunTracker | None, key: int, commit: bool, result: StepResult[T]) -> StepResult[T]:

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from langchain_core.runnables import RunnableConfig
@@ -32,6 +32,7 @@ __all__ = [
     "runs_on_a_thread",
     "scheduling_with",
     "task_name",
+    "task_writer",
     "uncached",
 ]
 
@@ -63,6 +64,22 @@ def node_attempt(config: Mapping[str, Any] | None = None) -> int:
     return info.node_attempt if info is not None else 1
 
 
+_SEND_KEY: Final = "__pregel_send"
+"""Where LangGraph 1.x puts, in a running task's config, what writes to the graph's channels when
+the task ends (taking `(channel, value)` pairs): what a node's return value goes through."""
+
+
+def task_writer(
+    config: Mapping[str, Any] | None,
+) -> Callable[[Sequence[tuple[str, Any]]], None] | None:
+    """What writes `(channel, value)` pairs to the graph's state at the end of the task running
+    with `config`, beside its return value (None outside a LangGraph task). A tool-call wrapper
+    writes its records with it and returns the tool's own answer, as it is."""
+    conf = config.get("configurable", {}) if config is not None else {}
+    writer = conf.get(_SEND_KEY)
+    return writer if callable(writer) else None
+
+
 def drain() -> None:
     """Ask LangGraph to stop after this superstep: no further node body runs."""
     control = getattr(_runtime(), "control", None)
@@ -70,8 +87,6 @@ def drain() -> None:
         control.request_drain(DRAIN_REASON)
 
 
-_SEND_KEY: Final = "__pregel_send"
-"""Where LangGraph 1.x puts, in a running task's config, the `extend` of the task's writes."""
 NO_WRITES: Final = "__no_writes__"
 """The write LangGraph 1.x gives a task that wrote nothing; `apply_writes` sends it to no channel
 and the "updates" stream leaves it out, so a marker riding on it changes nothing a run shows.
@@ -89,8 +104,8 @@ def uncached(config: Mapping[str, Any] | None = None) -> None:
     run, nothing."""
     if config is None:
         config = var_child_runnable_config.get()
-    send = (config or {}).get("configurable", {}).get(_SEND_KEY)
-    if callable(send):
+    send = task_writer(config)
+    if send is not None:
         send([(NO_WRITES, UNCACHED)])
 
 

@@ -247,12 +247,20 @@ def with_trace(value: Any, records: Sequence[StepRecord]) -> Any:
     if value is None:
         return {"deadline_trace": list(records)}
     if isinstance(value, dict):
-        return {**value, "deadline_trace": [*(value.get("deadline_trace") or ()), *records]}
+        return {**value, "deadline_trace": _appended(value.get("deadline_trace"), records)}
     if isinstance(value, Command) and isinstance(value.update, dict | None):
         update = dict(value.update or {})
-        update["deadline_trace"] = [*(update.get("deadline_trace") or ()), *records]
+        update["deadline_trace"] = _appended(update.get("deadline_trace"), records)
         return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
     return value
+
+
+def _appended(written: Any, records: Sequence[StepRecord]) -> Any:
+    """A `deadline_trace` write with `records` after it: an `Overwrite` (a run's start,
+    `fresh_run_update`) stays one, so the trace is still replaced, now ending with them."""
+    if isinstance(written, Overwrite):
+        return Overwrite([*(written.value or ()), *records])
+    return [*(written or ()), *records]
 
 
 def deadline_input(deadline: Deadline | float) -> dict[str, Any]:

@@ -11,6 +11,7 @@ cut, sends MCP's `notifications/cancelled` for it: the server cancels the handle
 from __future__ import annotations
 
 import contextvars
+import copy
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -76,7 +77,8 @@ async def mcp_tools(
     async with AsyncExitStack() as stack:
         sessions = []
         for name in names:
-            session = await stack.enter_async_context(_session(client, name))
+            calls = _InFlight(name if client.tool_name_prefix else None)
+            session = await stack.enter_async_context(_session(client, name, calls))
             _note_call_ids(session)
             tools = await load_mcp_tools(
                 session,
@@ -86,12 +88,12 @@ async def mcp_tools(
                 tool_name_prefix=client.tool_name_prefix,
                 handle_tool_errors=client.handle_tool_errors,
             )
-            sessions.append((session, tools))
+            sessions.append((session, tools, calls))
         # Entered last, left first: cancellations still on their way go out before the close.
         tasks = await stack.enter_async_context(anyio.create_task_group())
         loaded = [
-            _cancelling(t, session, tasks, grace=cancel_grace)
-            for session, tools in sessions
+            _cancelling(t, session, tasks, calls, grace=cancel_grace)
+            for session, tools, calls in sessions
             for t in tools
         ]
         yield deadline_tools(
@@ -99,18 +101,71 @@ async def mcp_tools(
         )
 
 
+class _InFlight:
+    """The tool calls in flight on one server's session, by MCP tool name: what its session-wide
+    callbacks (logging, elicitation) are told they are about, as a session per call tells them
+    (`client.get_tools()`). With several calls in flight at once, a message cannot be told
+    apart: their `tool_name` is None then, as outside any call."""
+
+    def __init__(self, prefix: str | None) -> None:
+        self.prefix = None if prefix is None else f"{prefix}_"  # `tool_name_prefix`'s
+        self.names: list[str] = []
+
+    def enter(self, tool: str) -> str:
+        name = tool.removeprefix(self.prefix) if self.prefix else tool
+        self.names.append(name)
+        return name
+
+    def leave(self, name: str) -> None:
+        self.names.remove(name)
+
+    def only(self) -> str | None:
+        return self.names[0] if len(set(self.names)) == 1 else None
+
+    def callbacks(self, callbacks: Any, server: str) -> Any:
+        """`callbacks` (the client's) telling their session-wide callbacks the call in flight."""
+        from langchain_mcp_adapters.callbacks import CallbackContext, Callbacks
+
+        def in_flight() -> CallbackContext:
+            return CallbackContext(server_name=server, tool_name=self.only())
+
+        on_log, on_elicit = callbacks.on_logging_message, callbacks.on_elicitation
+
+        async def log(params: Any, context: Any) -> None:  # the session's, without the call
+            assert on_log is not None
+            await on_log(params, in_flight())
+
+        async def elicit(mcp_context: Any, params: Any, context: Any) -> Any:
+            assert on_elicit is not None
+            return await on_elicit(mcp_context, params, in_flight())
+
+        return Callbacks(
+            on_logging_message=None if on_log is None else log,
+            on_progress=callbacks.on_progress,  # per call: the adapters name its tool
+            on_elicitation=None if on_elicit is None else elicit,
+        )
+
+
 @asynccontextmanager
-async def _session(client: MultiServerMCPClient, name: str) -> AsyncIterator[ClientSession]:
-    """`client.session(name)`, whose close does not fail on a reply that arrives while it
+async def _session(
+    client: MultiServerMCPClient, name: str, calls: _InFlight
+) -> AsyncIterator[ClientSession]:
+    """`client.session(name)`, whose session-wide callbacks are told which tool call they are
+    about (`_InFlight`), and whose close does not fail on a reply that arrives while it
     closes: the server answers a cancelled call ("Request cancelled"), and mcp's stdio reader,
     forwarding that answer to a session that stopped listening, raises `BrokenResourceError`.
-    Any other error on close is raised as it is."""
+    Any other error on close, and any error before the session opened (a server that dies at
+    start), is raised as it is."""
+    named = copy.copy(client)
+    named.callbacks = calls.callbacks(client.callbacks, name)
+    opened = False
     try:
-        async with client.session(name) as session:
+        async with named.session(name) as session:
+            opened = True
             yield session
     except BaseExceptionGroup as group:
         _, rest = group.split(anyio.BrokenResourceError)
-        if rest is not None:
+        if rest is not None or not opened:
             raise
         log.debug("MCP session %r: a reply arrived while it closed; dropped", name)
 
@@ -135,9 +190,15 @@ def _note_call_ids(session: ClientSession) -> None:
 
 
 def _cancelling(
-    tool: BaseTool, session: ClientSession, tasks: anyio.abc.TaskGroup, *, grace: float
+    tool: BaseTool,
+    session: ClientSession,
+    tasks: anyio.abc.TaskGroup,
+    calls: _InFlight,
+    *,
+    grace: float,
 ) -> BaseTool:
-    """`tool` whose calls, when cancelled, tell the server to cancel them too (from `tasks`)."""
+    """`tool` whose calls, when cancelled, tell the server to cancel them too (from `tasks`),
+    and are counted in flight (`calls`) while they run."""
     if not isinstance(tool, StructuredTool) or tool.coroutine is None:
         return tool
     call: Callable[..., Awaitable[Any]] = tool.coroutine
@@ -146,6 +207,7 @@ def _cancelling(
     async def cancellable(*args: Any, **kwargs: Any) -> Any:
         sent: list[int] = []
         token = _CALL.set(sent)
+        name = calls.enter(tool.name)
         try:
             return await call(*args, **kwargs)
         except anyio.get_cancelled_exc_class():
@@ -155,6 +217,7 @@ def _cancelling(
                 tasks.start_soon(_cancel, session, request_id, grace)
             raise
         finally:
+            calls.leave(name)
             _CALL.reset(token)
 
     return tool.model_copy(update={"coroutine": cancellable})

@@ -2,7 +2,8 @@
 `python mcp_server.py LOG http PORT`. Its `slow_lookup` tool sleeps, and appends to LOG what
 became of each call: `start <id>`, then `finished <id>` or `cancelled <id>`. Its
 `straggling_lookup` does the same, but only the first request for an id is slow (5 s): the
-same request again answers in 0.05 s (a straggler, for hedged calls)."""
+same request again answers in 0.05 s (a straggler, for hedged calls). Its `noisy_lookup`
+logs to the client (MCP logging) while it answers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 import anyio
-from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp import Context, FastMCP
 
 
 def serve(log: Path, transport: str, port: int = 0) -> None:
@@ -40,6 +41,12 @@ def serve(log: Path, transport: str, port: int = 0) -> None:
         seconds = 0.05 if call in seen else 5.0
         seen.add(call)
         return await slow_lookup(call, seconds)
+
+    @mcp.tool()
+    async def noisy_lookup(call: str, ctx: Context) -> str:  # type: ignore[type-arg]
+        """Look something up, saying so in the client's log."""
+        await ctx.info(f"looking up {call}")
+        return f"found {call}"
 
     mcp.run("stdio" if transport == "stdio" else "streamable-http")
 

@@ -253,7 +253,7 @@ class _ClosingWith(MultiServerMCPClient):
 async def test_a_reply_arriving_while_mcp_tools_closes_is_dropped(stdio_log: ServerLog) -> None:
     client = _ClosingWith(stdio_log, anyio.BrokenResourceError())
     async with mcp_tools(client, default=CAP) as tools:
-        assert [t.name for t in tools] == ["slow_lookup", "straggling_lookup"]
+        assert [t.name for t in tools] == ["slow_lookup", "straggling_lookup", "noisy_lookup"]
 
 
 async def test_any_other_error_on_closing_mcp_tools_is_raised(stdio_log: ServerLog) -> None:
@@ -262,3 +262,62 @@ async def test_any_other_error_on_closing_mcp_tools_is_raised(stdio_log: ServerL
         async with mcp_tools(client, default=CAP):
             pass
     assert caught.group_contains(OSError)
+
+
+def _leaves(group: BaseException) -> list[BaseException]:
+    if isinstance(group, BaseExceptionGroup):
+        return [leaf for e in group.exceptions for leaf in _leaves(e)]
+    return [group]
+
+
+async def test_a_server_that_dies_at_start_raises_the_adapters_own_error() -> None:
+    dead = {"transport": "stdio", "command": sys.executable, "args": ["-c", "raise SystemExit(1)"]}
+    client = MultiServerMCPClient({"dead": dead})  # type: ignore[dict-item]
+    with pytest.raises(BaseExceptionGroup) as plain:
+        await client.get_tools()
+    with pytest.raises(BaseExceptionGroup) as ours:
+        async with mcp_tools(client):
+            pass
+    assert type(ours.value) is type(plain.value)
+    assert [repr(e) for e in _leaves(ours.value)] == [repr(e) for e in _leaves(plain.value)]
+
+
+class _BrokenAtStart(MultiServerMCPClient):
+    """A client whose transport breaks while the session starts, as mcp's stdio transport does
+    when the server's pipe closes under it: an `anyio.BrokenResourceError` in a group."""
+
+    @contextlib.asynccontextmanager
+    async def session(self, server_name: str, *, auto_initialize: bool = True) -> Any:
+        raise BaseExceptionGroup("transport", [anyio.BrokenResourceError()])
+        yield  # an async generator, as the adapters' own
+
+
+async def test_a_transport_broken_at_start_raises_its_error_not_generator_didnt_yield() -> None:
+    client = _BrokenAtStart({"dead": {"transport": "stdio", "command": "none", "args": []}})
+    with pytest.raises(BaseExceptionGroup) as plain:
+        async with client.session("dead"):
+            pass
+    with pytest.raises(BaseExceptionGroup) as ours:
+        async with mcp_tools(client):
+            pass
+    assert _leaves(ours.value)[0].__class__ is _leaves(plain.value)[0].__class__
+
+
+async def test_session_wide_callbacks_are_told_the_tool_call_as_with_a_session_per_call(
+    stdio_log: ServerLog,
+) -> None:
+    from langchain_mcp_adapters.callbacks import CallbackContext, Callbacks
+
+    told: list[CallbackContext] = []
+
+    async def on_logging_message(params: Any, context: CallbackContext) -> None:
+        told.append(context)
+
+    client = stdio_client(stdio_log)
+    client.callbacks = Callbacks(on_logging_message=on_logging_message)
+    (plain,) = [t for t in await client.get_tools() if t.name == "noisy_lookup"]
+    await plain.ainvoke({"call": "a"})
+    async with mcp_tools(client) as tools:
+        (ours,) = [t for t in tools if t.name == "noisy_lookup"]
+        await ours.ainvoke({"call": "b"})
+    assert [(c.server_name, c.tool_name) for c in told] == [("slow", "noisy_lookup")] * 2

@@ -158,6 +158,25 @@ def test_sub_graphs_inside_budgeted_nodes_are_still_found() -> None:
     assert [name for name, _ in wrapped.get_subgraphs()] == ["sub"]
 
 
+def test_a_tasks_writer_writes_to_the_state_beside_what_the_node_returns() -> None:
+    from langgraph._internal._constants import CONFIG_KEY_SEND
+
+    assert CONFIG_KEY_SEND == seams._SEND_KEY
+
+    def node(state: State, config: RunnableConfig) -> dict[str, Any]:
+        writer = seams.task_writer(config)
+        assert writer is not None
+        writer([("log", ["written"])])
+        return {"log": ["returned"]}
+
+    builder = StateGraph(State)
+    builder.add_node("node", node)
+    builder.add_edge(START, "node")
+    out = builder.compile().invoke({"log": []})
+    assert sorted(out["log"]) == ["returned", "written"]
+    assert seams.task_writer(None) is None
+
+
 # -- the Functional API --------------------------------------------------------------------------
 
 
