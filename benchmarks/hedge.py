@@ -69,7 +69,7 @@ def _tool(
         answered.setdefault(call, time.monotonic())
         return text
 
-    return deadline_tool(search, timeout=5.0, read_only=True, hedge=hedge)
+    return deadline_tool(search, cap=5.0, read_only=True, hedge=hedge)
 
 
 async def _pass(tool: Any, n: int) -> list[float]:

@@ -54,11 +54,11 @@ async def _measure(
 def run(*, quick: bool = False) -> Section:
     iterations = 300 if quick else 2000
     plain = tool(_lookup)
-    wrapped = deadline_tool(_lookup, timeout=5.0)
+    wrapped = deadline_tool(_lookup, cap=5.0)
     cache = InMemoryStaleCache()
     cached = deadline_tool(
         lookup_cached,
-        timeout=0.001,
+        cap=0.001,
         read_only=True,
         cache=cache,
         cache_namespace="bench",
@@ -86,7 +86,7 @@ def run(*, quick: bool = False) -> Section:
     base = us["bare"]
     table.add("@tool", f"{base:.1f}", "1.00x", "-")
     table.add(
-        "deadline_tool(timeout=5)",
+        "deadline_tool(cap=5)",
         f"{us['deadline_tool']:.1f}",
         f"{us['deadline_tool'] / base:.2f}x",
         f"+{us['deadline_tool'] - base:.1f}",

@@ -47,7 +47,7 @@ stock = SlowServer(default_delay=0.0)  # a local stock service: GET /slow answer
 http = httpx.AsyncClient()  # one client for the process, shared by every call
 
 
-@deadline_tool(timeout=0.5, read_only=True, cache=InMemoryStaleCache())
+@deadline_tool(cap=0.5, read_only=True, cache=InMemoryStaleCache())
 async def stock_level(sku: str) -> str:
     """Current stock level for a SKU."""
     params = {"sku": sku}

@@ -78,31 +78,31 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("budgeted name not a string", lambda: budgeted(lambda s: s, name=5), TypeError, "name"),  # type: ignore[call-overload]
     (
         "read_only as a string",
-        lambda: deadline_tool(lookup, timeout=1.0, read_only="no"),  # type: ignore[call-overload]
+        lambda: deadline_tool(lookup, cap=1.0, read_only="no"),  # type: ignore[call-overload]
         TypeError,
         "read_only",
     ),
     (
         "side_effect as a string",
-        lambda: deadline_tool(lookup, timeout=1.0, side_effect="no"),  # type: ignore[call-overload]
+        lambda: deadline_tool(lookup, cap=1.0, side_effect="no"),  # type: ignore[call-overload]
         TypeError,
         "side_effect",
     ),
     (
         "a timeout message with a placeholder it cannot fill",
-        lambda: deadline_tool(lookup, timeout=1.0, message="{nope}"),
+        lambda: deadline_tool(lookup, cap=1.0, message="{nope}"),
         ValueError,
         "cannot be filled",
     ),
     (
         "a tool that needs more than its timeout",
-        lambda: deadline_tool(lookup, timeout=1.0, min_viable=5.0),
+        lambda: deadline_tool(lookup, cap=1.0, min_viable=5.0),
         ValueError,
         "min_viable",
     ),
     (
         "a cache namespace that is neither a string nor a function",
-        lambda: deadline_tool(lookup, timeout=1.0, cache_namespace=5),  # type: ignore[call-overload]
+        lambda: deadline_tool(lookup, cap=1.0, cache_namespace=5),  # type: ignore[call-overload]
         TypeError,
         "cache_namespace",
     ),
@@ -134,9 +134,9 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "deadline_tools' default negative",
-        lambda: deadline_tools([lookup], default=-1),
+        lambda: deadline_tools([lookup], default_cap=-1),
         ValueError,
-        r"^default must be >= 0 seconds",
+        r"^default_cap must be >= 0 seconds",
     ),
     (
         "deadline_tools' cap negative",
@@ -146,9 +146,9 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "deadline_tools' default a string, with no tools",
-        lambda: deadline_tools([], default="x"),  # type: ignore[arg-type]
+        lambda: deadline_tools([], default_cap="x"),  # type: ignore[arg-type]
         TypeError,
-        "^default must be a number of seconds",
+        "^default_cap must be a number of seconds",
     ),
     (
         "deadline_tools' cap NaN, with no tools",
@@ -268,10 +268,10 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "^cap must be more than 0 seconds",
     ),
     (
-        "a tool with a timeout of 0",
-        lambda: deadline_tool(lookup, timeout=0),
+        "a tool with a cap of 0",
+        lambda: deadline_tool(lookup, cap=0),
         ValueError,
-        "^timeout must be more than 0 seconds, got 0: a step capped at 0 s never starts",
+        "^cap must be more than 0 seconds, got 0: a step capped at 0 s never starts",
     ),
     (
         "deadline_tools' cap 0",
@@ -303,5 +303,5 @@ def test_bad_input_fails_at_construction_naming_the_argument(
 
 
 def test_a_remaining_placeholder_renders_even_with_no_deadline() -> None:
-    tool_ = deadline_tool(lookup, timeout=1.0, message="{tool}: {remaining:.1f} s left")
+    tool_ = deadline_tool(lookup, cap=1.0, message="{tool}: {remaining:.1f} s left")
     assert tool_.name == "lookup"

@@ -57,7 +57,7 @@ def make_search() -> DeadlineGraph:
 # `None`: the store of the run, which LangGraph Server hands the graph when it runs it. Entries
 # are kept per user (`langgraph_auth_user_id` with auth on, else the config's `user_id`, else the
 # thread): one user's answers are never served to another.
-@deadline_tool(timeout=1.0, read_only=True, cache=StoreStaleCache(None, ttl=3600))
+@deadline_tool(cap=1.0, read_only=True, cache=StoreStaleCache(None, ttl=3600))
 async def stock_level(sku: str) -> str:
     """Current stock level for a SKU."""
     async with httpx.AsyncClient(event_hooks=deadline_hooks()) as client:

@@ -120,7 +120,7 @@ def _tools(
     if not hedged:
         return tools
     hedge = Hedge(after=HEDGE_AFTER)
-    return list(deadline_tools(tools, default=TOOL_CAP, read_only=list(LOOKUPS), hedge=hedge))
+    return list(deadline_tools(tools, default_cap=TOOL_CAP, read_only=list(LOOKUPS), hedge=hedge))
 
 
 @functools.cache

@@ -36,7 +36,7 @@ async def warm_up(
     from ..testing import SlowServer
 
     with SlowServer() as service:
-        tools = deadline_tools(make_tools(service), default=cap)
+        tools = deadline_tools(make_tools(service), default_cap=cap)
         t0 = time.monotonic()
         batches, rounds = WARM_UP
         ask = {"query": "order 42"}

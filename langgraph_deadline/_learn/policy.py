@@ -1,7 +1,7 @@
 """`learned(book, ...)`: a cap and a min_viable from what each step really takes.
 
 Given where a cap is (`with_deadlines(caps=)`, `deadline_tools(caps=)`,
-`deadline_tool(timeout=)`, `budgeted(cap=)`), the cap is `headroom` times the step's learned
+`deadline_tool(cap=)`, `budgeted(cap=)`), the cap is `headroom` times the step's learned
 `quantile`, never above the user's `cap`; given where a min_viable is, the step is not started
 when its chance to finish in its budget is below `p_viable`. Below `min_samples` samples the
 user's `cap` and `min_viable` stand. The numbers are kept per step and worked out again only

@@ -187,7 +187,7 @@ def deadline_tool(
             whatever `@tool` raises for the same arguments.
     """
     options = ToolOptions(
-        timeout=renamed("deadline_tool", "timeout", "cap", timeout, cap),
+        cap=renamed("deadline_tool", "timeout", "cap", timeout, cap),
         min_viable=min_viable,
         read_only=read_only,
         side_effect=side_effect,
@@ -322,7 +322,7 @@ def deadline_tools(
         _make(
             t,
             ToolOptions(
-                timeout=caps.get(t.name, default),
+                cap=caps.get(t.name, default),
                 read_only=t.name in read_only,
                 cache=cache if t.name in read_only else None,
                 cache_namespace=cache_namespace,

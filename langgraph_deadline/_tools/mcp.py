@@ -97,7 +97,7 @@ async def mcp_tools(
             for t in tools
         ]
         yield deadline_tools(
-            loaded, caps=caps, default=default, read_only=read_only, cache=cache, hedge=hedge
+            loaded, caps=caps, default_cap=default, read_only=read_only, cache=cache, hedge=hedge
         )
 
 

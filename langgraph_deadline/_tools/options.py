@@ -19,11 +19,11 @@ __all__ = ["ToolOptions", "check_cache", "check_hedge", "check_namespace"]
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ToolOptions:
-    """A tool's budget (`timeout`, `min_viable`), what it does to the world (`read_only`,
+    """A tool's budget (`cap`, `min_viable`), what it does to the world (`read_only`,
     `side_effect`), its stale cache, its timeout text, its retries and its hedging. See
     `deadline_tool`."""
 
-    timeout: float | StepRule | None = None
+    cap: float | StepRule | None = None
     min_viable: float | StepRule = 0.0
     read_only: bool = False
     side_effect: bool = False
@@ -41,14 +41,14 @@ class ToolOptions:
         Raises:
             ValueError, TypeError: bad numbers, a cache on a tool that is not read-only, etc.
         """
-        timeout = check_limit(self.timeout, "timeout")
+        cap = check_limit(self.cap, "cap")
         min_viable = check_viable(self.min_viable, "min_viable")
         check_flag(self.read_only, "read_only")
         check_flag(self.side_effect, "side_effect")
-        most, least = ceiling_of(timeout), floor_of(min_viable)
+        most, least = ceiling_of(cap), floor_of(min_viable)
         if most is not None and least > most:
             raise ValueError(
-                f"tool {tool!r}: min_viable ({least} s) is more than timeout ({most} s): "
+                f"tool {tool!r}: min_viable ({least} s) is more than cap ({most} s): "
                 "the tool could never run"
             )
         check_namespace(self.cache_namespace)
@@ -73,7 +73,7 @@ class ToolOptions:
             raise ValueError(f"tool {tool!r}: attempts must be an int >= 1, got {attempts!r}")
         if self.idempotency_key is not None and not callable(self.idempotency_key):
             raise TypeError("idempotency_key must be a function of the tool's arguments")
-        return dataclasses.replace(self, timeout=timeout, min_viable=min_viable)
+        return dataclasses.replace(self, cap=cap, min_viable=min_viable)
 
 
 def check_namespace(namespace: object) -> None:

@@ -8,6 +8,7 @@ fields it hands to the tool it wraps are one class: the rules themselves live be
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
@@ -63,8 +64,19 @@ class DeadlineTool(BaseTool):
     # -- the options, read-only ----------------------------------------------------------------
 
     @property
+    def cap(self) -> float | StepRule | None:
+        """Each call's cap (`deadline_tool(cap=)`)."""
+        return self.options.cap
+
+    @property
     def timeout(self) -> float | StepRule | None:
-        return self.options.timeout
+        """The old name of `cap` (a DeprecationWarning; it goes in the next release)."""
+        warnings.warn(
+            "DeadlineTool.timeout is now DeadlineTool.cap (the old name goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.options.cap
 
     @property
     def min_viable(self) -> float | StepRule:
@@ -219,7 +231,7 @@ class DeadlineTool(BaseTool):
         return plan_step(
             self.name,
             "tool",
-            cap=self.options.timeout,
+            cap=self.options.cap,
             min_viable=self.options.min_viable,
             run=run_from_config(cfg),
             sync=sync,

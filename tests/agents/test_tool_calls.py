@@ -83,7 +83,7 @@ async def test_a_hanging_tool_times_out_and_the_model_answers_within_what_is_lef
 
 @pytest.mark.anyio
 async def test_a_deadline_tool_keeps_its_own_budget_and_message(server: FakeOpenAIServer) -> None:
-    @deadline_tool(timeout=0.3, message="'{tool}' gave up after {seconds:.1f} s")
+    @deadline_tool(cap=0.3, message="'{tool}' gave up after {seconds:.1f} s")
     async def stock(sku: str) -> str:
         """Stock level."""
         await asyncio.sleep(3600)

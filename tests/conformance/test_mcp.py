@@ -166,7 +166,7 @@ async def test_default_tools_over_stdio_stop_the_server_process_with_the_call(
 ) -> None:
     # A new session (a new server process) per call: its start is part of the call's budget,
     # and closing it waits for the process to exit (so the answer comes a little late).
-    tools = deadline_tools(await stdio_client(stdio_log).get_tools(), default=2 * CAP)
+    tools = deadline_tools(await stdio_client(stdio_log).get_tools(), default_cap=2 * CAP)
     elapsed, answer = await run_agent(tools, "stdio-per-call")
     assert elapsed < 2 * CAP + MARGIN + 1.0
     assert_timeout_answer(answer)
@@ -185,7 +185,7 @@ async def test_default_tools_over_streamable_http_stop_the_server_tool_as_the_se
     url, log = http_server
     # A new session per call, closed as the call is cut: the cut lets the MCP client's own
     # clean-up run (it sends the session's closing request), and the server stops the tool.
-    tools = deadline_tools(await http_client(url).get_tools(), default=CAP)
+    tools = deadline_tools(await http_client(url).get_tools(), default_cap=CAP)
     elapsed, answer = await run_agent(tools, "http-per-call")
     assert elapsed < CAP + MARGIN
     assert_timeout_answer(answer)
@@ -224,7 +224,7 @@ async def test_a_session_kept_open_by_hand_leaves_the_server_tool_running(
     )
     call = f"{transport}-by-hand"
     async with client.session("slow") as session:
-        tools = deadline_tools(await load_mcp_tools(session), default=CAP)
+        tools = deadline_tools(await load_mcp_tools(session), default_cap=CAP)
         elapsed, answer = await run_agent(tools, call)
         assert elapsed < CAP + MARGIN
         assert_timeout_answer(answer)

@@ -27,26 +27,26 @@ class Order(BaseModel):
     verbose: bool = False
 
 
-@deadline_tool(timeout=2.0)
+@deadline_tool(cap=2.0)
 def get_order(order_id: str, verbose: bool = False) -> str:
     """Look up an order by id."""
     return f"order {order_id}: shipped" + (" (by sea)" if verbose else "")
 
 
-@deadline_tool(timeout=2.0)
+@deadline_tool(cap=2.0)
 async def aget_order(order_id: str, verbose: bool = False) -> str:
     """Look up an order by id."""
     await asyncio.sleep(0)
     return f"order {order_id}: shipped"
 
 
-@deadline_tool(timeout=2.0, args_schema=Order)
+@deadline_tool(cap=2.0, args_schema=Order)
 def get_order_by_schema(order_id: str, verbose: bool = False) -> str:
     """Look up an order by id."""
     return f"order {order_id}: shipped"
 
 
-@deadline_tool(timeout=2.0, response_format="content_and_artifact")
+@deadline_tool(cap=2.0, response_format="content_and_artifact")
 def get_order_with_record(order_id: str) -> tuple[str, dict[str, Any]]:
     """Look up an order by id; the full record is the artifact."""
     return f"order {order_id}: shipped", {"id": order_id, "status": "shipped"}
@@ -58,18 +58,18 @@ def _lookup(order_id: str) -> str:
 
 wrapped_order = deadline_tool(
     StructuredTool.from_function(_lookup, name="lookup", description="Look up an order."),
-    timeout=2.0,
+    cap=2.0,
 )
 
 
-@deadline_tool(timeout=0.05, response_format="content_and_artifact")
+@deadline_tool(cap=0.05, response_format="content_and_artifact")
 async def slow_order(order_id: str) -> tuple[str, dict[str, Any]]:
     """Look up an order in the slow warehouse system."""
     await asyncio.sleep(5)
     return "never", {}
 
 
-@deadline_tool(timeout=0.05)
+@deadline_tool(cap=0.05)
 def slow_sync_order(order_id: str) -> str:
     """Look up an order in the slow warehouse system (blocking)."""
     time.sleep(0.3)  # abandoned in its thread after 0.05 s; ends soon after

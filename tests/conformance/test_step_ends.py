@@ -328,7 +328,7 @@ async def test_5_a_model_call_that_cannot_fit_ends_the_run_with_the_outcome() ->
 
 @pytest.mark.anyio
 async def test_6_a_write_that_may_have_left_is_never_sent_again(slow_server: SlowServer) -> None:
-    @deadline_tool(timeout=2.0, side_effect=True)
+    @deadline_tool(cap=2.0, side_effect=True)
     async def place_order(item: str) -> str:
         """Place an order."""
         async with httpx.AsyncClient() as client:

@@ -175,7 +175,7 @@ async def test_a_deadline_tool_in_a_capped_tools_node_answers_within_the_cap_wit
     server: FakeOpenAIServer, slow_server: SlowServer
 ) -> None:
     _script(server)
-    stock = deadline_tool(_stock_tool(slow_server), timeout=30.0, message="{tool}: too slow")
+    stock = deadline_tool(_stock_tool(slow_server), cap=30.0, message="{tool}: too slow")
     graph = _hand_built(chat(server), [orders, stock])
     wrapped = with_deadlines(graph, timeout=TIMEOUT, caps={"tools": CAP})
 

@@ -128,7 +128,7 @@ async def test_a_tool_node_whose_call_timed_out_is_not_cached(slow_server: SlowS
     result to replay: the next same call runs the tool again."""
     backend = Backend(slow_server)
 
-    @deadline_tool(timeout=0.3)
+    @deadline_tool(cap=0.3)
     async def stock(item: str) -> str:
         """How many items are in stock."""
         return await backend.lookup(item)
@@ -156,7 +156,7 @@ async def test_a_node_kept_out_of_the_cache_still_streams_its_update(
     and checkpointed as any other (an error write would hide it from "updates")."""
     backend = Backend(slow_server)
 
-    @deadline_tool(timeout=0.3)
+    @deadline_tool(cap=0.3)
     async def stock(item: str) -> str:
         """How many items are in stock."""
         return await backend.lookup(item)

@@ -47,7 +47,7 @@ def lookup(city: str) -> str:
     return f"{city}: sunny"
 
 
-@deadline_tool(timeout=0.2)
+@deadline_tool(cap=0.2)
 async def slow_lookup(city: str) -> str:
     """Look a city up, slowly (it hangs past its own cap)."""
     await asyncio.sleep(5)

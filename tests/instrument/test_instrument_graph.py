@@ -80,7 +80,7 @@ class Collector(BaseCallbackHandler):
 def _agent_graph() -> StateGraph[Any, Any, Any, Any]:
     """agent (asks for a tool with a secret argument) -> tools -> slow (never ends in time)."""
 
-    @deadline_tool(timeout=2.0)
+    @deadline_tool(cap=2.0)
     async def lookup(query: str) -> str:
         """Look up an order."""
         return TOOL_TEXT

@@ -159,7 +159,7 @@ async def test_a_learned_tool_timeout_cuts_a_hang_at_what_the_tool_usually_takes
     book = _book("lookup", [0.05] * 60)
     rule = learned(book, min_samples=50, headroom=2.0, cap=10.0)
 
-    @deadline_tool(timeout=rule)
+    @deadline_tool(cap=rule)
     async def lookup(query: str) -> str:
         """Lookup."""
         async with httpx.AsyncClient() as client:
@@ -185,7 +185,7 @@ def test_deadline_tools_take_a_learned_default_per_tool_name() -> None:
         """B."""
         return q
 
-    ta, tb = deadline_tools([a, b], default=rule)
+    ta, tb = deadline_tools([a, b], default_cap=rule)
     with deadline_scope(10.0):
         assert ta._plan({}, sync=True).budget == pytest.approx(0.2, rel=0.02)
         assert tb._plan({}, sync=True).budget == 3.0  # cold: the user's cap

@@ -154,7 +154,7 @@ async def test_the_first_copy_can_still_win_and_the_hedge_is_closed(
 async def test_a_copy_that_fails_leaves_the_other_to_answer(slow_server: SlowServer) -> None:
     n = itertools.count()
 
-    @deadline_tool(read_only=True, hedge=Hedge(after=0.05), timeout=3.0)
+    @deadline_tool(read_only=True, hedge=Hedge(after=0.05), cap=3.0)
     async def search(query: str) -> str:
         """Search the catalogue."""
         i = next(n)

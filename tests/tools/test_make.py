@@ -45,12 +45,12 @@ def test_caps_table_and_bad_input_get_clear_errors() -> None:
         """Order."""
         return order_id
 
-    wrapped = deadline_tools([search_docs, get_order], caps={"search_docs": 5}, default=3)
-    assert {t.name: t.timeout for t in wrapped} == {"search_docs": 5, "get_order": 3}
+    wrapped = deadline_tools([search_docs, get_order], caps={"search_docs": 5}, default_cap=3)
+    assert {t.name: t.cap for t in wrapped} == {"search_docs": 5, "get_order": 3}
     with pytest.raises(ValueError, match="unknown tools"):
         deadline_tools([search_docs], caps={"nope": 1})
-    with pytest.raises(ValueError, match="timeout"):
-        deadline_tool(search_docs, timeout=-1)
+    with pytest.raises(ValueError, match="cap"):
+        deadline_tool(search_docs, cap=-1)
     with pytest.raises(ValueError, match="read_only"):
         deadline_tool(search_docs, cache=InMemoryStaleCache())
     with pytest.raises(ValueError, match="max_entries"):
@@ -79,16 +79,16 @@ def test_a_tools_limit_is_its_cap_and_timeout_is_the_old_name() -> None:
         """Look something up."""
         return q
 
-    assert deadline_tool(lookup, cap=2.0).options.timeout == 2.0
+    assert deadline_tool(lookup, cap=2.0).options.cap == 2.0
     with pytest.warns(DeprecationWarning, match=r"deadline_tool\(cap=\.\.\.\)"):
         old = deadline_tool(lookup, timeout=2.0)
-    assert old.options.timeout == 2.0
+    assert old.options.cap == 2.0
     with pytest.raises(TypeError, match="give cap= only"):
         deadline_tool(lookup, cap=1.0, timeout=2.0)
     (one,) = deadline_tools([lookup], default_cap=3.0)
-    assert one.options.timeout == 3.0
+    assert one.options.cap == 3.0
     with pytest.warns(DeprecationWarning, match=r"deadline_tools\(default_cap=\.\.\.\)"):
         (old_one,) = deadline_tools([lookup], default=3.0)
-    assert old_one.options.timeout == 3.0
+    assert old_one.options.cap == 3.0
     with pytest.raises(ValueError, match="default_cap"):
         deadline_tools([lookup], default_cap=-1)

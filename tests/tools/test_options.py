@@ -12,15 +12,15 @@ from langgraph_deadline._tools.options import ToolOptions
 
 
 def test_checked_options_have_times_as_floats() -> None:
-    checked = ToolOptions(timeout=2, min_viable=1).checked("search")
-    assert checked == ToolOptions(timeout=2.0, min_viable=1.0)
-    assert isinstance(checked.timeout, float) and isinstance(checked.min_viable, float)
+    checked = ToolOptions(cap=2, min_viable=1).checked("search")
+    assert checked == ToolOptions(cap=2.0, min_viable=1.0)
+    assert isinstance(checked.cap, float) and isinstance(checked.min_viable, float)
 
 
 @pytest.mark.parametrize(
     ("options", "error", "match"),
     [
-        (ToolOptions(timeout=-1), ValueError, "timeout"),
+        (ToolOptions(cap=-1), ValueError, "cap"),
         (ToolOptions(cache=InMemoryStaleCache()), ValueError, "'search': a stale cache"),
         (ToolOptions(read_only=True, side_effect=True), ValueError, "exclude each other"),
         (ToolOptions(read_only=True, cache={}), TypeError, "StaleCache"),  # type: ignore[arg-type]
@@ -39,14 +39,14 @@ def test_bad_options_name_the_tool_and_the_option(
 
 
 def test_a_tool_reads_its_options_but_cannot_change_them() -> None:
-    @deadline_tool(timeout=3, retry_on=httpx.HTTPStatusError, attempts=2)
+    @deadline_tool(cap=3, retry_on=httpx.HTTPStatusError, attempts=2)
     def search(query: str) -> str:
         """Search."""
         return query
 
-    assert (search.timeout, search.attempts, search.retry_on) == (3.0, 2, httpx.HTTPStatusError)
+    assert (search.cap, search.attempts, search.retry_on) == (3.0, 2, httpx.HTTPStatusError)
     assert (search.read_only, search.side_effect, search.cache) == (False, False, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        search.options.timeout = 1.0  # type: ignore[misc]
+        search.options.cap = 1.0  # type: ignore[misc]
     with pytest.raises(AttributeError):
-        search.timeout = 1.0  # type: ignore[misc]
+        search.cap = 1.0  # type: ignore[misc]

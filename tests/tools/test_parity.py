@@ -154,7 +154,7 @@ def decorated_runnable(t: Decorator) -> BaseTool:
 
 def wrapped_existing(t: Decorator) -> BaseTool:
     made = with_extras(tool)
-    return made if t is tool else deadline_tool(made, timeout=5)
+    return made if t is tool else deadline_tool(made, cap=5)
 
 
 FORMS = [
@@ -303,7 +303,7 @@ def test_fields_set_after_creation_reach_the_model_and_the_message() -> None:
 
 def test_setting_a_field_never_changes_the_tool_that_was_wrapped() -> None:
     original = plain(tool)
-    ours = deadline_tool(original, timeout=5)
+    ours = deadline_tool(original, cap=5)
     ours.name = "lookup"
     ours.handle_tool_error = True
     assert (original.name, original.handle_tool_error) == ("search", False)

@@ -30,7 +30,7 @@ class Msgs(MessagesState, DeadlineState):
 
 
 def _post_tool(server: SlowServer, **options: Any) -> Any:
-    @deadline_tool(timeout=3, side_effect=True, retry_on=httpx.HTTPStatusError, **options)
+    @deadline_tool(cap=3, side_effect=True, retry_on=httpx.HTTPStatusError, **options)
     def refund(order_id: str, config: RunnableConfig) -> str:
         """Refund an order."""
         key = (config.get("metadata") or {}).get("idempotency_key", "")
@@ -76,7 +76,7 @@ def test_a_write_tool_with_an_idempotency_key_is_retried_with_the_same_key(
 def test_a_read_tool_retries_within_its_budget(slow_server: SlowServer) -> None:
     hits = [0]
 
-    @deadline_tool(timeout=2, retry_on=httpx.HTTPStatusError, attempts=3)
+    @deadline_tool(cap=2, retry_on=httpx.HTTPStatusError, attempts=3)
     def status(order_id: str) -> str:
         """Order status."""
         hits[0] += 1

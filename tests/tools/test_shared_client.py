@@ -59,7 +59,7 @@ def _in_use(pool: Any) -> list[Any]:
 
 
 def _fetching(client: httpx.AsyncClient | None, url: str, *, timeout: float = 0.2) -> Any:
-    @deadline_tool(timeout=timeout)
+    @deadline_tool(cap=timeout)
     async def fetch(query: str) -> str:
         """Fetch a page."""
         if client is not None:
@@ -114,7 +114,7 @@ async def test_a_tool_cut_over_a_shared_openai_client_closes_its_request() -> No
     with FakeOpenAIServer(default_reply=ChatReply.hang()) as server:
         client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
 
-        @deadline_tool(timeout=0.2)
+        @deadline_tool(cap=0.2)
         async def ask(question: str) -> str:
             """Ask another model."""
             reply = await client.chat.completions.create(

@@ -34,7 +34,7 @@ from langgraph_deadline.testing import SlowServer
 
 
 def _cached_tool(cache: Any, server: SlowServer, delay: list[float]) -> Any:
-    @deadline_tool(timeout=0.4, read_only=True, cache=cache)
+    @deadline_tool(cap=0.4, read_only=True, cache=cache)
     def stock(sku: str) -> str:
         """Stock level for a SKU."""
         r = httpx.get(server.url(f"/slow?delay={delay[0]}&sku={sku}"), timeout=10)
@@ -75,7 +75,7 @@ def test_stale_fallback_serves_the_last_good_answer_marked_stale(slow_server: Sl
 
 
 def _quick_cached_tool(**options: Any) -> Any:
-    @deadline_tool(timeout=2.0, read_only=True, cache=InMemoryStaleCache(), **options)
+    @deadline_tool(cap=2.0, read_only=True, cache=InMemoryStaleCache(), **options)
     def stock(sku: str) -> str:
         """Stock level for a SKU."""
         return f"{sku}: 7 in stock"
@@ -127,7 +127,7 @@ def test_store_cache_survives_a_process_restart(tmp_path: Path, slow_server: Slo
         store = SqliteStore(conn)
         store.setup()
 
-        @deadline_tool(timeout=0.4, read_only=True, cache=StoreStaleCache(store))
+        @deadline_tool(cap=0.4, read_only=True, cache=StoreStaleCache(store))
         def stock(sku: str) -> str:
             \"\"\"Stock level.\"\"\"
             httpx.get({slow_server.url("/slow?delay=0")!r}, timeout=10)
@@ -150,7 +150,7 @@ def test_store_cache_survives_a_process_restart(tmp_path: Path, slow_server: Slo
     conn = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
     store = SqliteStore(conn)
 
-    @deadline_tool(timeout=0.3, read_only=True, cache=StoreStaleCache(store))
+    @deadline_tool(cap=0.3, read_only=True, cache=StoreStaleCache(store))
     def stock(sku: str) -> str:
         """Stock level."""
         httpx.get(slow_server.url("/slow?delay=5"), timeout=10)
@@ -169,7 +169,7 @@ async def test_store_cache_with_an_in_memory_store_and_explicit_namespace(
     cache = StoreStaleCache(InMemoryStore(), ttl=60)
     delay = [0.0]
 
-    @deadline_tool(timeout=0.3, read_only=True, cache=cache, cache_namespace="public-docs")
+    @deadline_tool(cap=0.3, read_only=True, cache=cache, cache_namespace="public-docs")
     async def docs(topic: str) -> str:
         """Docs."""
         async with httpx.AsyncClient() as client:

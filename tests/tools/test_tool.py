@@ -43,10 +43,10 @@ def _fetch_tools(server: SlowServer) -> list[Any]:
         return fetch
 
     return [
-        deadline_tool(make("orders", 0.05), timeout=0.8),
-        deadline_tool(make("docs", 0.1), timeout=0.8),
-        deadline_tool(make("tickets", 0.05), timeout=0.8),
-        deadline_tool(make("warehouse", 30), timeout=0.8),
+        deadline_tool(make("orders", 0.05), cap=0.8),
+        deadline_tool(make("docs", 0.1), cap=0.8),
+        deadline_tool(make("tickets", 0.05), cap=0.8),
+        deadline_tool(make("warehouse", 30), cap=0.8),
     ]
 
 
@@ -126,7 +126,7 @@ async def test_create_agent_gets_four_results_and_the_slow_one_is_cut(
 
 @pytest.mark.anyio
 async def test_a_tool_with_a_long_cap_is_cut_at_what_is_left(slow_server: SlowServer) -> None:
-    @deadline_tool(timeout=10)
+    @deadline_tool(cap=10)
     async def lookup(query: str) -> str:
         """Slow lookup."""
         async with httpx.AsyncClient() as client:
@@ -147,7 +147,7 @@ async def test_a_tool_with_a_long_cap_is_cut_at_what_is_left(slow_server: SlowSe
 async def test_no_budget_left_means_the_tool_is_skipped_and_makes_no_request(
     slow_server: SlowServer,
 ) -> None:
-    @deadline_tool(timeout=2, min_viable=1.0)
+    @deadline_tool(cap=2, min_viable=1.0)
     async def lookup(query: str) -> str:
         """Lookup."""
         async with httpx.AsyncClient() as client:
@@ -169,7 +169,7 @@ def test_a_sync_tool_past_its_budget_is_abandoned_and_says_so() -> None:
 
     release = threading.Event()
 
-    @deadline_tool(timeout=0.2)
+    @deadline_tool(cap=0.2)
     def blocking(x: str) -> str:
         """Blocks."""
         release.wait(5)
@@ -189,7 +189,7 @@ def test_a_sync_tool_past_its_budget_is_abandoned_and_says_so() -> None:
 
 @pytest.mark.anyio
 async def test_tool_errors_that_are_not_timeouts_keep_langchains_behaviour() -> None:
-    @deadline_tool(timeout=1)
+    @deadline_tool(cap=1)
     async def broken(x: str) -> str:
         """Broken."""
         raise ValueError("bad input")
