@@ -193,8 +193,6 @@ def _group(*modules: str) -> frozenset[str]:
 KNOWN_CIRCLES: set[frozenset[str]] = {
     # A graph's runs split by size: 34 functions outside `graph.py` take `graph: DeadlineRuns`.
     _group("_graph.graph", "_graph.ends", "_graph.late", "_graph.resume"),
-    # A budgeted model and its fallback chain: `fallback.py` names `BudgetedModel`.
-    _group("_agents.model", "_agents.fallback"),
 }
 
 

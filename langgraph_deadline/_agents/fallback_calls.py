@@ -25,7 +25,7 @@ from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult, run_async, run_sync
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state
-from .fallback import Choice, Fallbacks, Pick, mark_messages, pick, why_next
+from .model import Choice, Fallbacks, Pick, mark_messages, pick, why_next
 from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
 from .run import skipped
 from .settings import MiddlewareSettings

@@ -39,9 +39,8 @@ from .._graph.state import deadline_from_state, fresh_run_update
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
 from .._tools.tool import DeadlineTool
-from .fallback import MIN_SAMPLES, fallbacks_of
 from .fallback_calls import acall_chain, call_chain
-from .model import BudgetedModel
+from .model import MIN_SAMPLES, BudgetedModel, fallbacks_of
 from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
 from .run import RUN, DeadlineAgentState, elapsed_ms, fields, skipped
 from .seams import ToolHook

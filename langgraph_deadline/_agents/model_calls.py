@@ -16,7 +16,7 @@ from .._core.run import StepResult
 from .._graph.state import deadline_from_state
 from .._graph.streams import PartialAnswer, callbacks_in_context, stopping_streams
 from .closing import give_up
-from .fallback import MIN_SAMPLES
+from .model import MIN_SAMPLES
 from .note import budget_note, tool_times, with_note
 from .provider import call_options
 from .settings import MiddlewareSettings

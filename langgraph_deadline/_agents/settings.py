@@ -16,7 +16,7 @@ from .._core.validate import (
     check_step_cap,
 )
 from .._learn.book import LatencyBook
-from .fallback import Fallbacks
+from .model import Fallbacks
 from .provider import Rate, check_rate
 
 __all__ = ["MiddlewareSettings"]

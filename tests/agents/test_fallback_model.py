@@ -30,7 +30,7 @@ from langgraph_deadline import (
     deadline_scope,
     with_deadlines,
 )
-from langgraph_deadline._agents.fallback import fallbacks_of
+from langgraph_deadline._agents.model import fallbacks_of
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, await_nothing_sent_after
 
 from .support import MARGIN, SLOW
