@@ -56,7 +56,7 @@ def ended(
       and keep their results (in the checkpoint too), and a resume that grants time runs it
       again. `with_deadlines` turns the drain into the outcome it returns. Open tool calls the
       node was answering are owed an answer each (the results that finished, the model-readable
-      timeout for the rest): `with_deadlines` writes them with the outcome (`ends.assemble`),
+      timeout for the rest): `with_deadlines` writes them with the outcome (`graph.assemble`),
       marked so that a grant removes them before the node runs again.
     - In a run with no checkpoint (nothing to resume) the node ends its superstep with the
       outcome (and the answers to its open tool calls), so the siblings' results reach the
