@@ -122,24 +122,31 @@ async def test_a_node_cut_by_the_deadline_is_not_cached_with_deadline_state_and_
     assert not [r for r in caplog.records if "unregistered type" in r.getMessage()]
 
 
-@pytest.mark.anyio
-async def test_a_tool_node_whose_call_timed_out_is_not_cached(slow_server: SlowServer) -> None:
-    """A node that completed with a cut step's answer (a tool's timeout message) has no real
-    result to replay: the next same call runs the tool again."""
-    backend = Backend(slow_server)
+CALL = AIMessage("", tool_calls=[{"name": "stock", "args": {"item": "pens"}, "id": "c1"}])
+
+
+def _tool_graph(backend: Backend, **compile: Any) -> Any:
+    """A cached `ToolNode` whose one tool's backend stalls once, past the tool's cap."""
 
     @deadline_tool(cap=0.3)
     async def stock(item: str) -> str:
         """How many items are in stock."""
         return await backend.lookup(item)
 
-    call = AIMessage("", tool_calls=[{"name": "stock", "args": {"item": "pens"}, "id": "c1"}])
     builder = StateGraph(MessagesState)
     builder.add_node("tools", ToolNode([stock]), cache_policy=CachePolicy())
     builder.add_edge(START, "tools")
     builder.add_edge("tools", END)
-    graph = with_deadlines(builder.compile(cache=InMemoryCache()), timeout=5.0)
-    given = {"messages": [HumanMessage("pens?"), call]}
+    return with_deadlines(builder.compile(cache=InMemoryCache(), **compile), timeout=5.0)
+
+
+@pytest.mark.anyio
+async def test_a_tool_node_whose_call_timed_out_is_not_cached(slow_server: SlowServer) -> None:
+    """A node that completed with a cut step's answer (a tool's timeout message) has no real
+    result to replay: the next same call runs the tool again."""
+    backend = Backend(slow_server)
+    graph = _tool_graph(backend)
+    given = {"messages": [HumanMessage("pens?"), CALL]}
     first = await graph.ainvoke(given)
     assert isinstance(reply := first["messages"][-1], ToolMessage)
     assert reply.status == "error"  # the model-readable timeout
@@ -154,22 +161,9 @@ async def test_a_node_kept_out_of_the_cache_still_streams_its_update(
 ) -> None:
     """Keeping a node out of the cache changes nothing a run shows: its update is streamed
     and checkpointed as any other (an error write would hide it from "updates")."""
-    backend = Backend(slow_server)
-
-    @deadline_tool(cap=0.3)
-    async def stock(item: str) -> str:
-        """How many items are in stock."""
-        return await backend.lookup(item)
-
-    call = AIMessage("", tool_calls=[{"name": "stock", "args": {"item": "pens"}, "id": "c1"}])
-    builder = StateGraph(MessagesState)
-    builder.add_node("tools", ToolNode([stock]), cache_policy=CachePolicy())
-    builder.add_edge(START, "tools")
-    builder.add_edge("tools", END)
-    saver = InMemorySaver()
-    graph = with_deadlines(builder.compile(cache=InMemoryCache(), checkpointer=saver), timeout=5.0)
+    graph = _tool_graph(Backend(slow_server), checkpointer=InMemorySaver())
     config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
-    given = {"messages": [HumanMessage("pens?"), call]}
+    given = {"messages": [HumanMessage("pens?"), CALL]}
     updates = [u async for u in graph.astream(given, config, stream_mode="updates")]
     tools = [u["tools"] for u in updates if "tools" in u]
     assert tools, updates
