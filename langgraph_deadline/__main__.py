@@ -135,7 +135,8 @@ def _demo(args: argparse.Namespace) -> int:
         f"One agent: planner -> 3 lookups in parallel (one service hangs) -> streaming writer.\n"
         f"User-facing budget {budget:.1f} s; model: {where}.\n"
         "Run 1 uses the usual per-step timeouts, run 2 one deadline for the whole run, run 3\n"
-        "the same with hedged lookups, run 4 with lookup caps learned from the runs before it.\n",
+        "the same with hedged lookups, run 4 with a latency book attached (what the runs before\n"
+        "it took): it keeps the writer's time back and sizes its answer to the time left.\n",
         flush=True,
     )
     print(run_demo(opts))

@@ -227,8 +227,9 @@ async def _one(
                 if mode == "updates":
                     for node in chunk:
                         at = time.monotonic() - t0
-                        if node in reported:  # the stream's last update: how the run ended
-                            opts.progress(f"  {label:<20} {at:5.2f} s  run ended in {node}")
+                        if node in reported or node == "deadline":  # the closing update
+                            end = "completed" if node == "deadline" else f"ended in {node}"
+                            opts.progress(f"  {label:<20} {at:5.2f} s  run {end}")
                             continue
                         reported.add(node)
                         lookups_done = at if node == "tools" else lookups_done

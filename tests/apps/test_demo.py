@@ -78,6 +78,8 @@ def test_demo_shows_the_naive_run_overshooting_and_the_deadline_runs_on_time(
     ]
     naive_steps = [p[4:] for p in progress if p[:1] == ["naive"] and p[3:4] == ["s"]]
     assert naive_steps == [["planner", "done"], ["tools", "done"], ["writer", "done"]]
+    book_steps = [p[4:] for p in progress if p[:2] == ["book", "attached"] and p[3:4] == ["s"]]
+    assert book_steps[-1] == ["run", "completed"]  # the closing update is no node of its own
     learned_line = next(
         line for line in proc.stdout.splitlines() if line.startswith("learned caps:")
     )
