@@ -83,6 +83,8 @@ def test_a_tools_limit_is_its_cap_and_timeout_is_the_old_name() -> None:
     with pytest.warns(DeprecationWarning, match=r"deadline_tool\(cap=\.\.\.\)"):
         old = deadline_tool(lookup, timeout=2.0)
     assert old.options.cap == 2.0
+    with pytest.warns(DeprecationWarning, match=r"DeadlineTool\.cap"):
+        assert old.timeout == old.cap == 2.0
     with pytest.raises(TypeError, match="give cap= only"):
         deadline_tool(lookup, cap=1.0, timeout=2.0)
     (one,) = deadline_tools([lookup], default_cap=3.0)
