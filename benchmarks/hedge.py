@@ -21,9 +21,10 @@ from typing import Any
 
 import httpx
 
-from langgraph_deadline import Hedge, LatencyBook, StepRecord, deadline_tool
+from langgraph_deadline import Hedge, StepRecord, deadline_tool
 from langgraph_deadline._core.observe import StepEvent
 from langgraph_deadline.instrument import get_observers, set_observers
+from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ServedRequest, SlowServer
 
 from ._common import Check, Section, Table, percentile

@@ -15,18 +15,17 @@ from langgraph.graph import START, StateGraph
 from langgraph_deadline import (
     Deadline,
     DeadlineState,
-    LatencyBook,
     budgeted,
     deadline_scope,
     deadline_tool,
     deadline_tools,
-    learned,
     terminal_of,
     with_deadlines,
 )
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.asgi import DeadlineASGIMiddleware
 from langgraph_deadline.http import from_headers
+from langgraph_deadline.learn import LatencyBook, learned
 
 
 class State(DeadlineState):

@@ -10,9 +10,9 @@ import re
 import pytest
 from langchain.agents import create_agent
 
-from langgraph_deadline import LatencyBook
 from langgraph_deadline._agents.note import budget_note
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall
 from tests.agents.support import ask, orders
 from tests.chat_models import openai_chat as chat

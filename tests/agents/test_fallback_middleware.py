@@ -14,9 +14,11 @@ from langchain.agents.middleware import ModelFallbackMiddleware
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from langgraph_deadline import LatencyBook, StepStatus, Terminal, budgeted_model, deadline_scope
+from langgraph_deadline import Terminal, budgeted_model, deadline_scope
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, await_nothing_sent_after
+from langgraph_deadline.types import StepStatus
 
 from .support import MARGIN, SLOW, ask, assert_valid_history, deadline_of, orders
 from .support import chat_named as chat

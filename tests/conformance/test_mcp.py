@@ -24,9 +24,10 @@ from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langchain_mcp_adapters.tools import load_mcp_tools
 
-from langgraph_deadline import DeadlineTool, Hedge, Terminal, deadline_tools
+from langgraph_deadline import Hedge, Terminal, deadline_tools
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.mcp import mcp_tools
+from langgraph_deadline.types import DeadlineTool
 from tests.chat_models import ScriptedChatModel, tool_calls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

@@ -6,7 +6,7 @@ from uuid import uuid4
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from langgraph_deadline import Outcome, StepRecord, StepStatus, Terminal
+from langgraph_deadline import Outcome, StepRecord, Terminal
 from langgraph_deadline._graph.messages import (
     ToolResults,
     close_pending,
@@ -15,6 +15,7 @@ from langgraph_deadline._graph.messages import (
     messages_of,
     unanswered_tool_calls,
 )
+from langgraph_deadline.types import StepStatus
 from tests.records import model_record
 
 

@@ -16,7 +16,7 @@ import pytest
 from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
 from langchain_core.runnables import RunnableLambda
 
-from langgraph_deadline import Outcome, StepRecord, StepStatus, Terminal
+from langgraph_deadline import Outcome, StepRecord, Terminal
 from langgraph_deadline._core.observe import (
     INSTRUMENT_ENV,
     RunEvent,
@@ -29,6 +29,7 @@ from langgraph_deadline._core.observe import (
 )
 from langgraph_deadline._instrument.callbacks import STEP_EVENT, CallbacksObserver
 from langgraph_deadline._instrument.jsonl import JsonlTraceWriter
+from langgraph_deadline.types import StepStatus
 
 RECORD = StepRecord(
     name="search",

@@ -5,10 +5,12 @@ from __future__ import annotations
 import gc
 import timeit
 
-from langgraph_deadline import LatencyBook, StepRecord, StepStatus
+from langgraph_deadline import StepRecord
 from langgraph_deadline._core.observe import StepEvent
 from langgraph_deadline._core.record import commit_record
 from langgraph_deadline.instrument import set_observers
+from langgraph_deadline.learn import LatencyBook
+from langgraph_deadline.types import StepStatus
 
 
 def _record(status: StepStatus, elapsed_ms: float, name: str = "search") -> StepRecord:

@@ -19,16 +19,16 @@ from langgraph.prebuilt import ToolNode
 from langgraph_deadline import (
     DeadlineState,
     Hedge,
-    LatencyBook,
     StepRecord,
-    StepStatus,
     deadline_tool,
     deadline_tools,
     with_deadlines,
 )
 from langgraph_deadline._tools.hedge import WINDOW_S, HedgeBudget
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, SlowServer
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import ask, assert_valid_history
 from tests.chat_models import openai_chat as chat
 
