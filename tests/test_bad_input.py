@@ -225,15 +225,15 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "an empty list of fallback models",
-        lambda: DeadlineMiddleware(fallback_models=[]),
+        lambda: DeadlineMiddleware(fallbacks=[]),
         ValueError,
-        "fallback_models",
+        "fallbacks",
     ),
     (
         "a fallback model that is a model's name, not a model",
-        lambda: DeadlineMiddleware(fallback_models=["gpt-4o-mini"]),  # type: ignore[list-item]
+        lambda: DeadlineMiddleware(fallbacks=["gpt-4o-mini"]),  # type: ignore[list-item]
         TypeError,
-        r"fallback_models\[0\]",
+        r"fallbacks\[0\]",
     ),
     # Settings under which a step could never run: refused, naming the arguments.
     (

@@ -28,6 +28,8 @@ from .tool import DeadlineTool
 
 __all__ = ["deadline_tool", "deadline_tools"]
 
+_CAP = "a step's limit is a cap"  # why `timeout=` and `default=` were renamed
+
 
 def _make(inner: BaseTool, options: ToolOptions) -> DeadlineTool:
     """`inner` (unwrapped first, if it is a deadline tool) under `options`, checked; every field
@@ -187,7 +189,7 @@ def deadline_tool(
             whatever `@tool` raises for the same arguments.
     """
     options = ToolOptions(
-        cap=renamed("deadline_tool", "timeout", "cap", timeout, cap),
+        cap=renamed("deadline_tool", "timeout", "cap", timeout, cap, why=_CAP),
         min_viable=min_viable,
         read_only=read_only,
         side_effect=side_effect,
@@ -300,7 +302,7 @@ def deadline_tools(
                 f"tools[{i}] must be a tool or a function, got {type(t).__name__}: {show(t)}"
             )
     default = check_limit(
-        renamed("deadline_tools", "default", "default_cap", default, default_cap),
+        renamed("deadline_tools", "default", "default_cap", default, default_cap, why=_CAP),
         "default_cap" if default is None else "default",
     )
     caps = {
