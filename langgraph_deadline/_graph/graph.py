@@ -56,6 +56,7 @@ from .._core.errors import DeadlineExceeded
 from .._core.plan import RUN_KEY, RunAlarm, RunTracker, run_step_end
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.validate import check_timestamp
+from .answers import answer_open_calls
 from .chunks import (
     NotedStream,
     closing,
@@ -65,7 +66,7 @@ from .chunks import (
     note_chunk,
 )
 from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
-from .messages import answer_open_calls, ending_messages, is_ending, messages_of
+from .messages import ending_messages, is_ending, messages_of
 from .node import unwrapped
 from .node_cache import deadline_cache
 from .retries import ain_run, enter_run, in_run, leave_run

@@ -17,11 +17,11 @@ from langchain_core.tools.base import ArgsSchema
 
 from .._core.moved import renamed
 from .._core.rules import StepRule
+from .._core.timeouts import ToolTimeout
 from .._core.validate import check_limit, check_mapping, show
 from .._retry.retry import RetryOn
 from .cache import StaleCache
 from .hedge import Hedge
-from .messages import ToolTimeout
 from .options import ToolOptions, check_cache, check_hedge, check_namespace
 from .stale import Namespace
 from .tool import DeadlineTool

@@ -22,12 +22,12 @@ from .._core.record import record_child
 from .._core.records import StepStatus
 from .._core.rules import StepRule
 from .._core.run import StepResult, run_async, run_sync
+from .._graph.answers import Message, cut_answer, cut_text, stale_answer
 from .._graph.seams import PASSTHROUGH
 from .._retry.policy import RetryOn
 from . import policy, stale
 from .cache import StaleCache
 from .hedge import Copies, Hedge, HedgeBudget, race
-from .messages import Message, answer, render, timeout_of, tool_facts
 from .options import ToolOptions
 
 __all__ = ["DeadlineTool"]
@@ -307,8 +307,15 @@ class DeadlineTool(BaseTool):
             )
             if call_id is None:
                 return content
-            facts = tool_facts(status, record=rec, error=error, age_s=age)
-            return answer(content, call_id=call_id, tool=self.name, facts=facts, status="success")
+            return stale_answer(
+                content,
+                call_id=call_id,
+                tool=self.name,
+                status=status,
+                record=rec,
+                error=error,
+                age_s=age,
+            )
         record_child(rec, run)
         sent = rec.side_effect_started and self.options.idempotency_key is None
         if error is not None and not sent:
@@ -317,13 +324,10 @@ class DeadlineTool(BaseTool):
             # A write whose request may have left: answered, never raised, so that no retry
             # layer (a node's RetryPolicy included) sends it again.
             status = StepStatus.FAILED
-        text = render(self.options.message, timeout_of(self.name, plan, rec, status=status))
+        words = self.options.message
         if call_id is None:
-            return text
-        facts = tool_facts(
-            status, record=rec, error=error, side_effect_started=rec.side_effect_started
-        )
-        return answer(text, call_id=call_id, tool=self.name, facts=facts)
+            return cut_text(self.name, plan, rec, status=status, message=words)
+        return cut_answer(call_id, self.name, plan, rec, status=status, error=error, message=words)
 
     # -- the stale cache ---------------------------------------------------------------------------
 
