@@ -4,8 +4,8 @@ The rules live next door: `model_calls` and `tool_calls` (a call's budget and wh
 turns into), `fallback_calls` (a model call down a chain of models), `closing` (the words an
 agent that ran out ends with), `run` (its state fields).
 
-One module because it is the one class users configure: its arguments, their read-only
-properties and the hooks LangChain calls, each hook a few lines handing on to those rules.
+This module is the class users configure: its arguments, their read-only properties and the
+hooks LangChain calls, each hook a few lines handing on to those rules.
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ the model that answers says which model it stood in for and why (`StepRecord.not
 `AIMessage` says so in `response_metadata["langgraph_deadline"]`. `DeadlineMiddleware` calls
 its chain in `fallback_calls.py`, with the same choice (`pick`).
 
-One module because a budgeted model, its chain and the choice down the chain are one concept:
-the sync and async calls and the chain loop around them share the plan, the refusal and the
-outcome of one step, and checking a chain needs the wrapper that carries a model's own limits.
+Here too: `BudgetedModel`'s sync and async calls and the chain loop around them, which share
+the plan, the refusal and the outcome of one step, and `fallbacks_of`, which checks a chain
+with the wrapper that carries a model's own limits.
 """
 
 from __future__ import annotations

@@ -22,9 +22,6 @@ reads its answer from that stream and its thread from that checkpoint. Without t
 as its thread's checkpoint: a served run re-queued after its worker died mid-node) is resumed
 by LangGraph whatever its input: its pending node is refused, and the run ends as a run drained
 at a step that ran out, its outcome in its thread.
-
-One module because these are one concept, a run of a wrapped graph: split by size, each part
-took the graph as its first argument and imported the others back.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The public constructors of deadline tools: `deadline_tool` (the `@tool` drop-in, and a
 wrapper for any `BaseTool`) and `deadline_tools` (several tools from one table of caps).
 
-One module because `deadline_tool`'s three typed call forms (the overloads) repeat every option
-of `@tool` and of ours: split, each form would live apart from the function it types.
+`deadline_tool`'s three typed call forms (the overloads), each repeating every option of
+`@tool` and of ours, sit beside the function they type.
 """
 
 from __future__ import annotations

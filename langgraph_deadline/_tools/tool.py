@@ -1,8 +1,9 @@
 """`DeadlineTool`: a tool that takes its time from the run's deadline and answers the model in
 words when it runs out, instead of raising.
 
-One module because a `BaseTool` subclass's sync and async calls, its stale answers and the
-fields it hands to the tool it wraps are one class: the rules themselves live beside it.
+The class holds a `BaseTool`'s sync and async calls, its stale answers and the fields it hands
+to the tool it wraps; the rules live beside it (`policy`, `stale`, `hedge`), and its answers
+when it runs out are built in `_graph/answers.py`.
 """
 
 from __future__ import annotations
