@@ -237,6 +237,13 @@ def test_one_module_builds_the_answer_of_a_tool_call_that_did_not_run_to_its_end
         )
     }
     assert builders == {"_graph/answers.py"}
+    # on the langchain-core floor (docs/architecture.md): no langgraph, no langchain
+    frameworks = {
+        top
+        for name, _ in _imports(PKG / "_graph" / "answers.py")
+        if (top := name.split(".")[0]) != "langgraph_deadline" and top.startswith(FRAMEWORKS)
+    }
+    assert frameworks == {"langchain_core"}
 
 
 def test_every_layer_is_listed() -> None:
