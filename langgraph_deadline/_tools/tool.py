@@ -9,7 +9,6 @@ when it runs out are built in `_graph/answers.py`.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
@@ -18,6 +17,7 @@ from langchain_core.tools import BaseTool, Tool
 from pydantic import ConfigDict, InstanceOf, PrivateAttr
 
 from .._core.errors import DeadlineExceeded
+from .._core.moved import renamed_property
 from .._core.plan import Plan, plan_step, run_from_config
 from .._core.record import record_child
 from .._core.records import StepStatus
@@ -69,15 +69,7 @@ class DeadlineTool(BaseTool):
         """Each call's cap (`deadline_tool(cap=)`)."""
         return self.options.cap
 
-    @property
-    def timeout(self) -> float | StepRule | None:
-        """The old name of `cap` (a DeprecationWarning; it goes in the next release)."""
-        warnings.warn(
-            "DeadlineTool.timeout is now DeadlineTool.cap (the old name goes in the next release)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.options.cap
+    timeout = renamed_property("DeadlineTool", "timeout", "cap")
 
     @property
     def min_viable(self) -> float | StepRule:
