@@ -56,10 +56,12 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/langgraph-deadline demo
 
-# The notebooks run in a pytest of their own: their kernels then do not share the machine with
-# what the whole suite leaves alive in its process (servers, threads, clients) by its end.
+# The tests run on two workers, a file per worker at a time: most of their time is spent waiting
+# on deadlines and loopback servers, not on the CPU, and a file's tests share its fixtures. The
+# notebooks run in a pytest of their own: their kernels then do not share the machine with what
+# the whole suite leaves alive in its process (servers, threads, clients) by its end.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 	$(BIN)/python -m pytest -q notebooks
 
 $(LOWEST_STAMP): pyproject.toml scripts/lowest-constraints.txt
