@@ -12,7 +12,7 @@ Variants: unhedged; our `Hedge` (the book's p95, a 5 % budget, no floor: a floor
 as extra load in a short run); `hedge-python` and `httpx-hedged` as their READMEs configure
 them (`HedgedHttpxTransport(config=HedgeConfig(estimated_rps=...))` with the measured rate as
 its README's tip says, `HedgedTransport()`), then each with `budget_percent=5` (our budget).
-Each variant first warms up on 300 calls of another table (every one learns online). Then a
+Each variant first warms up on 200 calls of another table (every one learns online). Then a
 pass measures latency, extra requests and the losers' close at the server (from the winner's
 answer written to the loser's connection closed), and a second pass runs every call under a
 100 ms deadline (`deadline_scope`): "deadline met" is the share answered inside it.
@@ -44,7 +44,7 @@ MEDIAN_S = 0.02
 SIGMA = 0.6
 CONCURRENCY = 8
 MAX_COPIES = 3  # the table holds this many draws per call (a peer may send a request again)
-WARM_CALLS = 300
+WARM_CALLS = 200
 DEADLINE_S = 0.1
 BUDGET = 0.05
 OUTAGE = (0.3, 0.7)  # the share of calls, from and to, whose every request is 10x
@@ -437,7 +437,7 @@ def _report(
 
 
 def run(*, quick: bool = False) -> Section:
-    n = 500 if quick else 2000
+    n = 400 if quick else 1500
     tables, checks, figures = asyncio.run(_run(n))
     section = Section(tables=tables)
     section.checks += checks

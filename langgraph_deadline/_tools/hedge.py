@@ -36,10 +36,9 @@ WINDOW_S: Final = 10
 """Seconds over which `HedgeBudget` counts calls and hedges (Finagle's retry budget's TTL)."""
 CLOSE_GRACE_S: Final = 0.05
 """The longest a call waits for its losing copies to close (they take a few ms)."""
-OUTAGE_WINDOW_S: Final = 2
-"""Seconds over which `HedgeBudget` tells a slow backend (an outage) from stragglers."""
-OUTAGE_MIN_CALLS: Final = 10
-"""Calls in `OUTAGE_WINDOW_S` below which no outage is told (too few to say)."""
+OUTAGE_CALLS: Final = 10
+"""About how many recent calls `HedgeBudget` tells a slow backend (an outage) from stragglers
+by: a moving average over them (and none is told before it has seen that many)."""
 _REFRESH: Final = 16  # work the learned delay out again when the samples grew by 1/16
 
 
@@ -60,9 +59,9 @@ class Hedge:
     `quantile` of the tool's latency once it has `min_samples` samples, else `after`; with
     neither, the call is not hedged. Extra copies are at most `budget` x the calls plus
     `floor_per_s` per second, over the last 10 s. While more than `outage_share` of the tool's
-    calls over the last 2 s (at least 10 of them) ran past their delay, the backend is slow for
-    everyone and hedging backs off (no copy starts; None: never). The run's deadline bounds
-    every copy.
+    recent calls (a moving average over about the last 10) ran past their delay, the backend is
+    slow for everyone and hedging backs off (no copy starts; None: never). The run's deadline
+    bounds every copy.
 
     ```python
     book = LatencyBook()
@@ -148,9 +147,9 @@ class Hedge:
 class HedgeBudget:
     """The extra load one tool's hedges may add (Finagle's retry budget): over the last
     `WINDOW_S` seconds, hedges <= `budget` x calls + `floor_per_s` x `WINDOW_S`; and whether its
-    backend is down (slow for everyone: over the last `OUTAGE_WINDOW_S` seconds, more than
-    `outage_share` of at least `OUTAGE_MIN_CALLS` calls ran past their hedge delay). Counted in
-    one-second slots under a lock; `clock` is monotonic seconds."""
+    backend is down (slow for everyone): more than `outage_share` of its recent calls, a moving
+    average over about the last `OUTAGE_CALLS` (once it has seen that many), ran past their
+    hedge delay. Counted under a lock; `clock` is monotonic seconds."""
 
     __slots__ = (
         "_calls",
@@ -161,6 +160,7 @@ class HedgeBudget:
         "_lock",
         "_outage",
         "_ratio",
+        "_seen",
         "_slots",
     )
 
@@ -179,18 +179,19 @@ class HedgeBudget:
         self._slots = [-1] * WINDOW_S  # the second each slot counts
         self._calls = [0] * WINDOW_S
         self._hedges = [0] * WINDOW_S
-        self._late = [0] * WINDOW_S
+        self._late = 0.0  # the recent calls' share that ran past their delay (moving average)
+        self._seen = 0  # calls that told on time from late, up to OUTAGE_CALLS
         self._lock = threading.Lock()
 
     def _slot(self) -> tuple[int, int]:
         second = math.floor(self._clock())
         i = second % WINDOW_S
         if self._slots[i] != second:
-            self._slots[i], self._calls[i], self._hedges[i], self._late[i] = second, 0, 0, 0
+            self._slots[i], self._calls[i], self._hedges[i] = second, 0, 0
         return second, i
 
-    def _live(self, counts: list[int], second: int, window: int = WINDOW_S) -> int:
-        return sum(n for s, n in zip(self._slots, counts, strict=True) if s > second - window)
+    def _live(self, counts: list[int], second: int) -> int:
+        return sum(n for s, n in zip(self._slots, counts, strict=True) if s > second - WINDOW_S)
 
     def deposit(self) -> None:
         """A call started: it earns `budget` of a hedge."""
@@ -198,27 +199,31 @@ class HedgeBudget:
             _, i = self._slot()
             self._calls[i] += 1
 
+    def on_time(self) -> None:
+        """A call answered before its hedge delay."""
+        with self._lock:
+            self._tell(0.0)
+
     def withdraw(self, *, first: bool = True) -> HeldBy | None:
         """A call ran past its delay and wants one more copy: None if it may start one (and
         the copy is counted), else why not (`"outage"`, `"budget"`). Only a call's `first`
-        wish counts it as late (towards an outage's share)."""
+        wish tells it was late."""
         with self._lock:
+            if first:
+                self._tell(1.0)
+            if self._outage is not None and self._seen >= OUTAGE_CALLS:
+                if self._late > self._outage:
+                    return "outage"
             second, i = self._slot()
-            self._late[i] += first
-            if self._down(second):
-                return "outage"
             allowed = self._ratio * self._live(self._calls, second) + self._floor
             if self._live(self._hedges, second) + 1 > allowed:
                 return "budget"
             self._hedges[i] += 1
             return None
 
-    def _down(self, second: int) -> bool:
-        if self._outage is None:
-            return False
-        calls = self._live(self._calls, second, OUTAGE_WINDOW_S)
-        late = self._live(self._late, second, OUTAGE_WINDOW_S)
-        return calls >= OUTAGE_MIN_CALLS and late > self._outage * calls
+    def _tell(self, late: float) -> None:
+        self._seen = min(OUTAGE_CALLS, self._seen + 1)
+        self._late += (late - self._late) / self._seen
 
 
 @dataclasses.dataclass(slots=True)
@@ -264,6 +269,7 @@ async def race(
         return field.start(call)
 
     error: BaseException | None = None
+    late = False  # the call ran past its delay
     try:
         pending = {start()}
         next_at = None if delay is None else loop.time() + delay
@@ -271,6 +277,8 @@ async def race(
             wait = None if next_at is None else max(0.0, next_at - loop.time())
             done, pending = await asyncio.wait(pending, timeout=wait, return_when=FIRST_COMPLETED)
             if field.winner is not None:
+                if delay is not None and not late:
+                    budget.on_time()  # answered before its delay
                 copies.winner = field.winner
                 return field.tasks[field.winner].result()
             for task in sorted(done, key=field.tasks.index):
@@ -278,6 +286,7 @@ async def race(
                     error = error or task.exception()
             if done or next_at is None:
                 continue
+            late = True
             if len(field.tasks) >= hedge.max_copies:
                 next_at = None
             elif (held := _held(hedge, name, budget, len(field.tasks))) is not None:

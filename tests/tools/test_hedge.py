@@ -246,21 +246,23 @@ def test_the_budget_allows_its_share_of_calls_plus_the_floor_and_forgets_after_t
 def test_the_budget_tells_an_outage_from_stragglers_and_forgets_it_when_the_backend_recovers() -> (
     None
 ):
-    clock = _Clock()
-    budget = HedgeBudget(budget=0.5, floor_per_s=0.0, outage_share=0.5, clock=clock)
-    for _ in range(20):
-        budget.deposit()
-    assert [budget.withdraw() for _ in range(10)] == [None] * 10  # half the calls late: not yet
-    assert budget.withdraw() == "outage"  # 11 of 20 ran past their delay
-    assert budget.withdraw(first=False) == "outage"  # a call's second wish is not counted
-    clock.now += 2  # two seconds on, the late calls left the outage's window
-    for _ in range(20):
-        budget.deposit()
-    assert budget.withdraw() is None  # 1 of 20 late: stragglers again
-    few = HedgeBudget(budget=1.0, floor_per_s=0.0, outage_share=0.5, clock=clock)
+    budget = HedgeBudget(budget=1.0, floor_per_s=100.0, outage_share=0.5, clock=_Clock())
     for _ in range(9):
-        few.deposit()
-    assert [few.withdraw() for _ in range(9)] == [None] * 9  # below 10 calls: too few to tell
+        budget.deposit()
+        assert budget.withdraw() is None  # late, but 9 calls are too few to tell
+    budget.deposit()
+    assert budget.withdraw() == "outage"  # 10 of 10 ran past their delay
+    assert budget.withdraw(first=False) == "outage"  # a call's second wish tells nothing
+    for _ in range(8):
+        budget.on_time()  # the backend answers in time again
+    budget.deposit()
+    assert budget.withdraw() is None  # 8 of about the last 10 in time: stragglers again
+    for i in range(1, 41):
+        budget.deposit()
+        if i % 20:
+            budget.on_time()
+        else:
+            assert budget.withdraw() is None  # 1 call in 20 late: never an outage
 
 
 async def test_the_hedge_budget_caps_extra_calls_under_a_burst(
@@ -306,7 +308,9 @@ async def test_hedging_backs_off_while_the_backend_is_slow_for_everyone(
     spent, records = await _slow_for_everyone(
         slow_server, Hedge(after=0.02, floor_per_s=10.0, outage_share=None), steps, 40
     )
-    assert spent == 40  # without the back-off, every slow call doubled the load
+    # Without the back-off, every slow call sent a second copy (a few are cancelled before
+    # they send, when the first answers meanwhile on a loaded machine).
+    assert sum(r.hedges for r in records) == 40 and spent >= 30
     backed, records = await _slow_for_everyone(
         slow_server, Hedge(after=0.02, floor_per_s=10.0), steps, 40
     )
