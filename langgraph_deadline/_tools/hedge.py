@@ -211,9 +211,9 @@ class HedgeBudget:
         with self._lock:
             if first:
                 self._tell(1.0)
-            if self._outage is not None and self._seen >= OUTAGE_CALLS:
-                if self._late > self._outage:
-                    return "outage"
+            down = self._outage is not None and self._late > self._outage
+            if down and self._seen >= OUTAGE_CALLS:
+                return "outage"
             second, i = self._slot()
             allowed = self._ratio * self._live(self._calls, second) + self._floor
             if self._live(self._hedges, second) + 1 > allowed:
