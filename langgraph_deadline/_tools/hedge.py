@@ -39,6 +39,7 @@ CLOSE_GRACE_S: Final = 0.05
 OUTAGE_CALLS: Final = 10
 """About how many recent calls `HedgeBudget` tells a slow backend (an outage) from stragglers
 by: a moving average over them (and none is told before it has seen that many)."""
+_FIT: Final = 1.5  # under a deadline, the first copy starts by when this many typical calls fit
 _REFRESH: Final = 16  # work the learned delay out again when the samples grew by 1/16
 
 
@@ -199,10 +200,10 @@ class HedgeBudget:
             _, i = self._slot()
             self._calls[i] += 1
 
-    def on_time(self) -> None:
-        """A call answered before its hedge delay."""
+    def tell(self, *, late: bool) -> None:
+        """A call answered before its hedge delay (`late` False), or ran past it."""
         with self._lock:
-            self._tell(0.0)
+            self._tell(1.0 if late else 0.0)
 
     def withdraw(self, *, first: bool = True) -> HeldBy | None:
         """A call ran past its delay and wants one more copy: None if it may start one (and
@@ -269,42 +270,59 @@ async def race(
         return field.start(call)
 
     error: BaseException | None = None
-    late = False  # the call ran past its delay
+    told = False  # whether the call told the budget it ran past its delay, or not
     try:
         pending = {start()}
-        next_at = None if delay is None else loop.time() + delay
+        started_at = loop.time()
+        due = first_due = None if delay is None else started_at + delay
+        # Under a deadline, the first copy starts no later than when the time left is
+        # `_FIT` typical calls (once a typical call's time has passed: a copy sent sooner is no
+        # better than the first): later, it would likely answer after the deadline, and below
+        # one typical call it is not sent at all. A library that knows nothing of the time left
+        # waits for its delay all the same.
+        typical = hedge.typical(name)
+        next_at = due if due is None or not typical else min(due, started_at + _latest(typical))
         while pending:
             wait = None if next_at is None else max(0.0, next_at - loop.time())
             done, pending = await asyncio.wait(pending, timeout=wait, return_when=FIRST_COMPLETED)
             if field.winner is not None:
-                if delay is not None and not late:
-                    budget.on_time()  # answered before its delay
+                if first_due is not None and not told:
+                    budget.tell(late=loop.time() >= first_due)
                 copies.winner = field.winner
                 return field.tasks[field.winner].result()
             for task in sorted(done, key=field.tasks.index):
                 if not task.cancelled():  # cancelled: by the loop shutting down
                     error = error or task.exception()
-            if done or next_at is None:
+            if done or next_at is None or due is None or first_due is None:
                 continue
-            late = True
+            first = not told and loop.time() >= first_due  # it ran past its delay: it tells so
+            told = told or first
             if len(field.tasks) >= hedge.max_copies:
                 next_at = None
-            elif (held := _held(hedge, name, budget, len(field.tasks))) is not None:
+            elif (held := _held(hedge, name, budget, first=first)) is not None:
                 copies.held, next_at = held, None
             else:
                 pending.add(start())
-                next_at = None if delay is None else next_at + delay
+                due += delay if delay is not None else 0.0
+                next_at = due
         assert error is not None
         raise error
     finally:
         await field.stop()
 
 
-def _held(hedge: Hedge, name: str, budget: HedgeBudget, started: int) -> HeldBy | None:
-    """Why the call's next copy may not start (None: it may, and it is counted)."""
+def _latest(typical: float) -> float:
+    """Seconds from now until the step's time left is `_FIT` x `typical`, but at least
+    `typical` (inf without a deadline)."""
+    return max(typical, remaining() - _FIT * typical)
+
+
+def _held(hedge: Hedge, name: str, budget: HedgeBudget, *, first: bool) -> HeldBy | None:
+    """Why the call's next copy may not start (None: it may, and it is counted); `first`: the
+    call has just run past its delay (it tells the budget it was late)."""
     if remaining() < hedge.typical(name):
         return "time"
-    return budget.withdraw(first=started == 1)
+    return budget.withdraw(first=first)
 
 
 class _Lost(Exception):

@@ -207,6 +207,24 @@ async def test_no_copy_starts_when_the_time_left_cannot_fit_a_typical_call(
     assert len(slow_server.requests) == 1
 
 
+async def test_under_a_deadline_the_copy_starts_while_it_can_still_answer_in_time(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    book = LatencyBook(listen=False)
+    for i in range(100):
+        book.record("tool", "search", 0.2 if i % 10 else 2.0)  # p50 0.2 s, p95 2 s
+    search = _search(slow_server, [5.0, 0.02], Hedge(book=book), timeout=1.0)
+
+    # The learned delay (2 s) is past the step's 1 s: the copy starts when 1.5 typical calls
+    # (0.3 s) are left, at 0.7 s, rather than never.
+    message = await search.ainvoke(_call())
+
+    assert message.status == "success" and '"delay": 0.02' in message.text
+    [record] = _tool_records(steps)
+    assert (record.hedges, record.winner, record.hedge_held) == (1, 1, None)
+    assert 600 <= record.elapsed_ms < 1000
+
+
 # -- the delay ---------------------------------------------------------------------------------
 
 
@@ -254,13 +272,13 @@ def test_the_budget_tells_an_outage_from_stragglers_and_forgets_it_when_the_back
     assert budget.withdraw() == "outage"  # 10 of 10 ran past their delay
     assert budget.withdraw(first=False) == "outage"  # a call's second wish tells nothing
     for _ in range(8):
-        budget.on_time()  # the backend answers in time again
+        budget.tell(late=False)  # the backend answers in time again
     budget.deposit()
     assert budget.withdraw() is None  # 8 of about the last 10 in time: stragglers again
     for i in range(1, 41):
         budget.deposit()
         if i % 20:
-            budget.on_time()
+            budget.tell(late=False)
         else:
             assert budget.withdraw() is None  # 1 call in 20 late: never an outage
 
@@ -318,7 +336,7 @@ async def test_hedging_backs_off_while_the_backend_is_slow_for_everyone(
     assert backed <= 10
     held = [r.hedge_held for r in records]
     assert held.count("outage") >= 40 - 10
-    assert sum(r.hedges for r in records) == backed
+    assert backed <= sum(r.hedges for r in records) <= 10  # (a copy may be cancelled unsent)
 
 
 async def test_the_winner_cancels_the_loser_before_its_answer_travels_back(
