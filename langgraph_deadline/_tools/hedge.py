@@ -56,7 +56,9 @@ class Hedge:
 
     A call that has not answered after `delay` seconds gets one more identical copy (up to
     `max_copies` in all, one per further `delay`), if the step's budget left still fits a
-    typical call and the tool's `HedgeBudget` allows it. `delay` is the `book`'s learned
+    typical call and the tool's `HedgeBudget` allows it. Under a deadline the first copy starts
+    sooner when waiting for `delay` would leave less than 1.5 typical calls (but never before
+    one typical call has passed). `delay` is the `book`'s learned
     `quantile` of the tool's latency once it has `min_samples` samples, else `after`; with
     neither, the call is not hedged. Extra copies are at most `budget` x the calls plus
     `floor_per_s` per second, over the last 10 s. While more than `outage_share` of the tool's
@@ -246,7 +248,8 @@ async def race(
     copies: Copies,
 ) -> Any:
     """`call()` hedged: copy 0 now, one more after each `hedge.delay(name)` while none has
-    answered (up to `max_copies`, while `budget` allows and the step's time left fits a typical
+    answered (the first sooner when the step's time left would then be under `_FIT` typical
+    calls; up to `max_copies`, while `budget` allows and the step's time left fits a typical
     call). The first copy to return wins; the others are cancelled the moment it returns (from
     the winning copy itself, before its answer travels back here) and have closed before this
     returns. A copy that raises leaves the others running; when every copy raised, the first
