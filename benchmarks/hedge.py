@@ -184,46 +184,45 @@ def _ours() -> Hedge:
 
 
 def _variants() -> list[Variant]:
-    out = [Variant("unhedged"), Variant("ours: Hedge(book, p95, budget 5 %)", hedge=_ours)]
+    ours = [Variant("unhedged"), Variant("ours: Hedge(book, p95, budget 5 %)", hedge=_ours)]
+    return ours + _peer("hedge-python", _hedge_python) + _peer("httpx-hedged", _httpx_hedged)
+
+
+def _peer(name: str, rows: Callable[[], list[Variant]]) -> list[Variant]:
+    """A peer's rows, or one saying why it cannot run here."""
     try:
-        from hedge import HedgeConfig as HPConfig
-        from hedge.transport import HedgedHttpxTransport
+        return rows()
     except ImportError as e:
-        why = f"hedge-python is not installed ({e}): make bench installs it"
-        out += [Variant("hedge-python", missing=why)]
-    else:
-        out += [
-            Variant(
-                "hedge-python 0.3 (README: p90, budget 10 %)",
-                transport=lambda rps: HedgedHttpxTransport(_inner(), HPConfig(estimated_rps=rps)),
-            ),
-            Variant(
-                "hedge-python 0.3 (p90, budget 5 %)",
-                transport=lambda rps: HedgedHttpxTransport(
-                    _inner(), HPConfig(estimated_rps=rps, budget_percent=100 * BUDGET)
-                ),
-            ),
-        ]
-    try:
-        from httpx_hedged import HedgeConfig as HXConfig
-        from httpx_hedged import HedgedTransport
-    except ImportError as e:
-        why = f"httpx-hedged is not installed ({e}): make bench installs it"
-        out += [Variant("httpx-hedged", missing=why)]
-    else:
-        out += [
-            Variant(
-                "httpx-hedged 0.5 (README: p90, budget 10 %, breaker)",
-                transport=lambda rps: HedgedTransport(_inner()),
-            ),
-            Variant(
-                "httpx-hedged 0.5 (p90, budget 5 %, breaker)",
-                transport=lambda rps: HedgedTransport(
-                    _inner(), HXConfig(budget_percent=100 * BUDGET)
-                ),
-            ),
-        ]
-    return out
+        return [Variant(name, missing=f"{name} is not installed ({e}): make bench installs it")]
+
+
+def _hedge_python() -> list[Variant]:
+    from hedge import HedgeConfig
+    from hedge.transport import HedgedHttpxTransport
+
+    def made(**config: Any) -> Callable[[float], httpx.AsyncBaseTransport]:
+        # its README's tip: `estimated_rps` close to the real rate (the unhedged pass's)
+        return lambda rps: HedgedHttpxTransport(_inner(), HedgeConfig(estimated_rps=rps, **config))
+
+    return [
+        Variant("hedge-python 0.3 (README: p90, budget 10 %)", transport=made()),
+        Variant("hedge-python 0.3 (p90, budget 5 %)", transport=made(budget_percent=100 * BUDGET)),
+    ]
+
+
+def _httpx_hedged() -> list[Variant]:
+    from httpx_hedged import HedgeConfig, HedgedTransport
+
+    def made(**config: Any) -> Callable[[float], httpx.AsyncBaseTransport]:
+        return lambda rps: HedgedTransport(_inner(), HedgeConfig(**config))
+
+    return [
+        Variant("httpx-hedged 0.5 (README: p90, budget 10 %, breaker)", transport=made()),
+        Variant(
+            "httpx-hedged 0.5 (p90, budget 5 %, breaker)",
+            transport=made(budget_percent=100 * BUDGET),
+        ),
+    ]
 
 
 # -- one variant on one workload ------------------------------------------------------------------
