@@ -124,7 +124,9 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# The hedge benchmark runs the hedging libraries on PyPI beside ours: the `bench` group.
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet --group bench
 	$(BIN)/python -m benchmarks
 
 clean:

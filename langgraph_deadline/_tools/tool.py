@@ -264,7 +264,9 @@ class DeadlineTool(BaseTool):
         opts = self.options.hedge
         assert opts is not None
         if self._hedge_budget is None:
-            self._hedge_budget = HedgeBudget(budget=opts.budget, floor_per_s=opts.floor_per_s)
+            self._hedge_budget = HedgeBudget(
+                budget=opts.budget, floor_per_s=opts.floor_per_s, outage_share=opts.outage_share
+            )
         spent = self._hedge_budget
         return await race(copy, name=self.name, hedge=opts, budget=spent, copies=copies)
 
