@@ -182,7 +182,8 @@ async def test_nothing_runs_past_the_deadline(
         out = await graph.ainvoke({"messages": [AIMessage("", tool_calls=[_call()])]})
         took = time.monotonic() - t0
 
-    message = out["messages"][-1]
+    # the tool's answer (on a loaded machine the run's own end may also add its closing reply)
+    [message] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert message.status == "error" and "did not answer within" in message.text
     assert took < 0.4 + MARGIN
     assert len(slow_server.requests) == 3  # every copy it could start
