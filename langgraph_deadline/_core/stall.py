@@ -125,10 +125,9 @@ class StallWatch:
         """The step ended: the timer goes; returns the longest gap it saw (for the book), the
         gap still open when it was `cut` included."""
         self.stop()
-        if cut and self.armed:
-            gap = time.monotonic() - self.last
-            if self.longest is None or gap > self.longest:
-                self.longest = gap
+        gap = self.gap if self.fired else self.open_gap() if cut else None
+        if gap is not None and (self.longest is None or gap > self.longest):
+            self.longest = gap
         return self.longest
 
 
