@@ -27,6 +27,7 @@ T = TypeVar("T")
 __all__ = [
     "PartialAnswer",
     "callbacks_in_context",
+    "heartbeating",
     "stopping_streams",
     "streams_let_go",
     "streams_stopped",
@@ -151,6 +152,33 @@ def watching_streams(on: bool = True) -> Iterator[None]:
         yield
     finally:
         _WATCHED.reset(token)
+
+
+def heartbeating(runtime: Any) -> Any:
+    """`runtime` (LangGraph's, injected into a node) whose `heartbeat()` (where the installed
+    LangGraph has it) and `stream_writer` writes are also progress of the steps with an idle
+    cap they run in, as they refresh LangGraph's own `idle_timeout`."""
+    override = getattr(runtime, "override", None)
+    if override is None:
+        return runtime
+    changes: dict[str, Any] = {}
+    writer = getattr(runtime, "stream_writer", None)
+    if writer is not None:
+
+        def write(chunk: Any) -> None:
+            progress()
+            writer(chunk)
+
+        changes["stream_writer"] = write
+    beat = getattr(runtime, "heartbeat", None)
+    if beat is not None:
+
+        def heartbeat() -> None:
+            progress()
+            beat()
+
+        changes["heartbeat"] = heartbeat
+    return override(**changes) if changes else runtime
 
 
 class PartialAnswer(_TokenListener):
