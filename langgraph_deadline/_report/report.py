@@ -84,7 +84,8 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
     )
     lines.append(
         "exceeded: skipped, timed out or abandoned, itself or in a step it ran (a tool call in "
-        "its node). stalled: cut at their idle cap, no progress for that long. cap: p99 elapsed of the other completed steps in completed runs and of "
+        "its node). stalled: cut at their idle cap, no progress for that long. "
+        "cap: p99 elapsed of the other completed steps in completed runs and of "
         f"the steps cut short (at their cut) x {headroom:g}, rounded up to "
         f"{CAP_ROUNDING_MS:g} ms; >=: that p99 lies among the cut ones, which needed more."
     )
