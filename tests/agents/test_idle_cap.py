@@ -126,3 +126,42 @@ def test_a_learned_idle_cap_is_never_above_the_models_cap() -> None:
     llm = budgeted_model(chat_free(), name="gpt-slow", cap=2.0, idle_cap=rule)
     plan = llm._plan(llm._chain[0], {}, sync=False)
     assert plan.idle == 2.0
+
+
+@pytest.mark.anyio
+async def test_an_agents_model_call_that_stalls_hands_the_turn_to_its_fallback(
+    slow: FakeOpenAIServer, fast: FakeOpenAIServer
+) -> None:
+    from langchain.agents import create_agent
+
+    from langgraph_deadline import Terminal
+    from langgraph_deadline.agents import DeadlineMiddleware
+
+    from .support import ask
+
+    slow.enqueue(ChatReply.counting(40, chunk_interval=0.01).stalling(after=4, seconds=30.0))
+    agent = create_agent(
+        chat(slow, "gpt-slow"),
+        [],
+        middleware=[
+            DeadlineMiddleware(
+                timeout=5.0, model_idle_cap=IDLE, fallback_models=[chat(fast, "gpt-fast")]
+            )
+        ],
+    )
+    start = time.monotonic()
+    out = await agent.ainvoke(ask())
+    assert time.monotonic() - start < 5.0 * 0.5
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+    assert out["messages"][-1].content == "fast answer"
+    cut, answered = [r for r in out["deadline_trace"] if r.kind == "model"]
+    assert (cut.name, cut.cancel_source) == ("model", "stalled")
+    assert answered.name == "gpt-fast" and answered.note.startswith("fallback: model stalled")
+    assert await slow.await_disconnected(2.0)
+
+
+def test_a_bad_model_idle_cap_is_refused_naming_it() -> None:
+    from langgraph_deadline.agents import DeadlineMiddleware
+
+    with pytest.raises(ValueError, match="model_idle_cap"):
+        DeadlineMiddleware(model_idle_cap=-1.0)
