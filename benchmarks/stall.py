@@ -32,9 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
-from pydantic import SecretStr
 
 from langgraph_deadline import (
     DeadlineState,
@@ -45,7 +43,7 @@ from langgraph_deadline import (
 )
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 
-from ._common import Check, Section, Table
+from ._common import Check, Section, Table, streaming_chat
 
 __all__ = ["run"]
 
@@ -85,16 +83,6 @@ def _script(n: int, seed: int) -> list[ChatReply]:
     return replies
 
 
-def _chat(server: FakeOpenAIServer, model: str) -> ChatOpenAI:
-    return ChatOpenAI(
-        base_url=server.base_url,
-        api_key=SecretStr("test"),
-        model=model,
-        streaming=True,
-        max_retries=0,
-    )
-
-
 def _graph(llm: Any) -> Any:
     async def writer(state: _State) -> dict[str, Any]:
         reply = await llm.ainvoke(state["question"])
@@ -127,8 +115,8 @@ async def _variant(runs: int, idle_cap: Callable[[LatencyBook], Any] | None) -> 
     ):
         cap = None if idle_cap is None else idle_cap(book)
         llm = budgeted_model(
-            _chat(writer_server, "writer"),
-            fallbacks=[_chat(fast_server, "fast")],
+            streaming_chat(writer_server, "writer"),
+            fallbacks=[streaming_chat(fast_server, "fast")],
             idle_cap=cap,
         )
         graph = _graph(llm)

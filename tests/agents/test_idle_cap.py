@@ -122,7 +122,7 @@ def test_a_learned_idle_cap_is_never_above_the_models_cap() -> None:
     for _ in range(60):
         book.record("gap", "gpt-slow", 5.0)  # its streams pause for 5 s at times
     rule = learned(book, min_samples=50)
-    assert rule.idle_cap("model", "gpt-slow") == pytest.approx(5.0 * 1.5, rel=0.1)
+    assert rule.idle_cap("model", "gpt-slow") == pytest.approx(5.0 * 1.5 * 2.0, rel=0.1)
     llm = budgeted_model(chat_free(), name="gpt-slow", cap=2.0, idle_cap=rule)
     plan = llm._plan(llm._chain[0], {}, sync=False)
     assert plan.idle == 2.0
