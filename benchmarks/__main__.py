@@ -10,7 +10,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import agents, fallback, hedge, http_overhead, learned, load, overhead, overshoot, tools
+from . import (
+    agents,
+    fallback,
+    hedge,
+    http_overhead,
+    learned,
+    load,
+    overhead,
+    overshoot,
+    stall,
+    tools,
+)
 from ._common import Section, machine
 
 BENCHMARKS: dict[str, Callable[..., Section]] = {
@@ -23,6 +34,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "learned": learned.run,
     "fallback": fallback.run,
     "hedge": hedge.run,
+    "stall": stall.run,
 }
 DRAWN = frozenset({"learned"})
 """The benchmarks that draw a figure (`--plots DIR`: DIR/benchmarks-NAME.png)."""

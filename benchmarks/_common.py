@@ -9,9 +9,14 @@ import platform
 import statistics
 from collections.abc import Callable, Sequence
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.graph import END, START, StateGraph
+
+if TYPE_CHECKING:
+    from langchain_openai import ChatOpenAI
+
+    from langgraph_deadline.testing import FakeOpenAIServer
 
 from langgraph_deadline import DeadlineState
 
@@ -51,6 +56,20 @@ def linear_graph(node: Callable[..., Any], length: int) -> Builder:
 
 
 # -- statistics -----------------------------------------------------------------------------------
+
+
+def streaming_chat(server: FakeOpenAIServer, model: str) -> ChatOpenAI:
+    """A real `ChatOpenAI` that streams from the local fake server, with no SDK retries."""
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    return ChatOpenAI(
+        base_url=server.base_url,
+        api_key=SecretStr("test"),
+        model=model,
+        streaming=True,
+        max_retries=0,
+    )
 
 
 def median(values: Sequence[float]) -> float:

@@ -30,13 +30,12 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langchain_openai import ChatOpenAI
-from pydantic import SecretStr
 
 from langgraph_deadline import DeadlineExceeded, budgeted_model, deadline_scope
 from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 
-from ._common import Section, Table, percentile
+from ._common import Section, Table, percentile, streaming_chat
 
 __all__ = ["run"]
 
@@ -62,16 +61,6 @@ def _draws(n: int, seed: int) -> list[tuple[float, float, float]]:
         )
         for _ in range(n)
     ]
-
-
-def _chat(server: FakeOpenAIServer, model: str) -> ChatOpenAI:
-    return ChatOpenAI(
-        base_url=server.base_url,
-        api_key=SecretStr("test"),
-        model=model,
-        streaming=True,
-        max_retries=0,
-    )
 
 
 class _Call:
@@ -111,7 +100,7 @@ async def _variant(
         FakeOpenAIServer(slow_replies, default_reply=ChatReply.text(MAIN, delay=SLOW[0])) as slow,
         FakeOpenAIServer(fast_replies, default_reply=ChatReply.text(BACKUP)) as fast,
     ):
-        invoke = await make(_chat(slow, "gpt-slow"), _chat(fast, "gpt-fast"))
+        invoke = await make(streaming_chat(slow, "gpt-slow"), streaming_chat(fast, "gpt-fast"))
         sent_before = len(slow.requests)
         calls: list[_Call] = []
         for i in range(0, len(draws), CONCURRENCY):

@@ -37,7 +37,13 @@ Response = ModelResponse[Any] | ExtendedModelResponse[Any]
 
 def _chain(settings: MiddlewareSettings, request: ModelRequest[Any]) -> tuple[Choice, ...]:
     assert settings.fallbacks is not None
-    main = Choice(MODEL_STEP, request.model, settings.model_cap, settings.model_min_viable)
+    main = Choice(
+        MODEL_STEP,
+        request.model,
+        settings.model_cap,
+        settings.model_min_viable,
+        idle_cap=settings.model_idle_cap,
+    )
     return (main, *settings.fallbacks.models)
 
 
@@ -55,6 +61,7 @@ def _planner(
             reserve=settings.reserve,
             deadline=deadline_from_state(state),
             sync=sync,
+            idle_cap=choice.idle_cap,
         )
 
     return plan_of
@@ -137,7 +144,7 @@ async def acall_chain(
     earlier: list[StepRecord] = []
     while isinstance(step, Pick):
         call = _request_for(request, step, chain[step.at], settings)
-        ears = Ears.of(call, settings)
+        ears = Ears.of(call, settings, step.plan)
         with ears.listening():
             result = await run_async(step.plan, partial(handler, call), passthrough=PASSTHROUGH)
         said = ears.ended(result)
@@ -156,7 +163,7 @@ def call_chain(
     earlier: list[StepRecord] = []
     while isinstance(step, Pick):
         call = _request_for(request, step, chain[step.at], settings)
-        ears = Ears.of(call, settings)
+        ears = Ears.of(call, settings, step.plan)
         body = _body(handler, call, ears)
         result = run_sync(step.plan, body, passthrough=PASSTHROUGH)
         said = ears.ended(result)

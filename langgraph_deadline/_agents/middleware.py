@@ -70,6 +70,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       `learned(book)`, the model's time to first token and output rate are learned per model
       id from its streamed calls, and `max_tokens` is what fits after a slow first token at a
       slow day's rate (your own `max_tokens` stays the most).
+    - With `model_idle_cap` (seconds, or `learned(book)`), a model call whose stream sends
+      nothing for that long after its first chunk is cut at once as stalled (its record's
+      `cancel_source="stalled"`, its note "no progress for 2.1 s"): the next fallback model
+      takes the time left, or, without one, the agent ends as for a cut call.
     - Below `model_min_viable` no model call starts. Whether a call was skipped or cut, the agent
       ends with a final assistant message saying the time ran out and listing what the tools
       had found (a cut call's streamed text first, marked as cut short; `partial_answer=False`
@@ -126,6 +130,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         default_tool_cap: float | StepRule | None = None,
         model_cap: float | None = None,
         model_min_viable: float = 0.0,
+        model_idle_cap: float | Learned | None = None,
         tokens_per_second: float | Learned | None = None,
         partial_answer: bool = True,
         fallbacks: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
@@ -157,6 +162,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             default_tool_cap=default_tool_cap,
             model_cap=model_cap,
             model_min_viable=model_min_viable,
+            model_idle_cap=model_idle_cap,
             tokens_per_second=tokens_per_second,
             partial_answer=partial_answer,
             fallbacks=chain,
@@ -190,6 +196,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     @property
     def model_min_viable(self) -> float:
         return self.settings.model_min_viable
+
+    @property
+    def model_idle_cap(self) -> float | StepRule | None:
+        return self.settings.model_idle_cap
 
     @property
     def tokens_per_second(self) -> float | Learned | None:
@@ -278,7 +288,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if plan.skip:
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
-        ears = Ears.of(budgeted, self.settings)
+        ears = Ears.of(budgeted, self.settings, plan)
         with ears.listening():
             result = await run_async(plan, lambda: handler(budgeted), passthrough=PASSTHROUGH)
         return model_result(request.state, result, partial=ears.ended(result))
@@ -299,7 +309,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if plan.skip:
             return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
-        ears = Ears.of(budgeted, self.settings)
+        ears = Ears.of(budgeted, self.settings, plan)
 
         def body() -> ModelResponse[Any]:
             with ears.listening():

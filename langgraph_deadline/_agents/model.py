@@ -42,10 +42,11 @@ from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, plan_step, run_from_config
 from .._core.record import record_child
 from .._core.records import StepStatus
+from .._core.rules import StepRule
 from .._core.run import StepResult, run_async, run_sync
-from .._core.validate import check_cap, check_number, check_seconds, show
+from .._core.validate import check_cap, check_idle_cap, check_number, check_seconds, show
 from .._graph.seams import PASSTHROUGH
-from .._graph.streams import stopping_streams
+from .._graph.streams import stopping_streams, watching_streams
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
 from .provider import Rate, call_options, check_rate, model_id
@@ -78,13 +79,14 @@ METADATA_KEY: Final = "langgraph_deadline"
 @dataclasses.dataclass(frozen=True, slots=True)
 class Choice:
     """One model of a chain: its step `name`, the model, its `cap` and `min_viable`, its
-    output `rate` (cuts `max_tokens`)."""
+    output `rate` (cuts `max_tokens`), its `idle_cap` (the longest gap between two chunks)."""
 
     name: str
     model: Runnable[LanguageModelInput, Any]
     cap: float | None = None
     min_viable: float = 0.0
     rate: Rate | None = None
+    idle_cap: float | StepRule | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,7 +162,12 @@ def fallbacks_of(
             chat_models and not isinstance(model.model, BaseChatModel)
         ):
             choice = Choice(
-                model.step_name, model.model, model.cap, model.min_viable, model.tokens_per_second
+                model.step_name,
+                model.model,
+                model.cap,
+                model.min_viable,
+                model.tokens_per_second,
+                model.idle_cap,
             )
         elif isinstance(model, BaseChatModel):
             choice = Choice(model_id(model), model)
@@ -228,11 +235,13 @@ def _budget(plan: Plan) -> str:
 
 
 def why_next(choice: Choice, plan: Plan, result: StepResult[Any]) -> str | None:
-    """Why the next model is tried after `choice` did not answer: it failed, or its own cap cut
-    it with time left. None: the next one is not tried (it answered, the deadline cut it, it
-    was cut to keep the time left for the steps that must follow (`then=`), or the caller
-    cancelled it)."""
+    """Why the next model is tried after `choice` did not answer: it failed, it stalled (cut at
+    its idle cap), or its own cap cut it with time left. None: the next one is not tried (it
+    answered, the deadline cut it, it was cut to keep the time left for the steps that must
+    follow (`then=`), or the caller cancelled it)."""
     status = result.status
+    if result.record.stalled:
+        return f"{choice.name} stalled ({result.record.note})"
     if status is StepStatus.FAILED:
         return f"{choice.name} failed ({type(result.error).__name__})"
     if status.cut and not plan.clamped and not plan.held:
@@ -262,22 +271,26 @@ T = TypeVar("T")
 class ModelLimits:
     """What one budgeted model may take of the deadline: at most `cap`, never less than
     `min_viable`; `name` is its steps' name; `tokens_per_second` (a rate, or learned) cuts
-    `max_tokens` to what its budget can stream. Checked when made.
+    `max_tokens` to what its budget can stream; `idle_cap` (seconds, or learned) is the longest
+    gap between two chunks of its stream before it is cut as stalled. Checked when made.
 
     Raises:
         TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0,
-            `tokens_per_second` neither a number > 0 nor `learned(...)`.
+            `tokens_per_second` neither a number > 0 nor `learned(...)`, `idle_cap` neither a
+            number > 0 nor `learned(...)`.
     """
 
     name: str
     cap: float | None = None
     min_viable: float = 0.0
     tokens_per_second: Rate | None = None
+    idle_cap: float | StepRule | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cap", check_cap(self.cap, "cap"))
         object.__setattr__(self, "min_viable", check_seconds(self.min_viable, "min_viable"))
         object.__setattr__(self, "tokens_per_second", check_rate(self.tokens_per_second))
+        object.__setattr__(self, "idle_cap", check_idle_cap(self.idle_cap, "idle_cap"))
 
 
 class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
@@ -295,7 +308,14 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         self.model = model
         self._limits = limits
         self._fallbacks = fallbacks
-        main = Choice(limits.name, model, limits.cap, limits.min_viable, limits.tokens_per_second)
+        main = Choice(
+            limits.name,
+            model,
+            limits.cap,
+            limits.min_viable,
+            limits.tokens_per_second,
+            limits.idle_cap,
+        )
         self._chain = (main, *(() if fallbacks is None else fallbacks.models))
         self._rule = fallbacks or Fallbacks(models=())
 
@@ -315,6 +335,10 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
     @property
     def tokens_per_second(self) -> Rate | None:
         return self._limits.tokens_per_second
+
+    @property
+    def idle_cap(self) -> float | StepRule | None:
+        return self._limits.idle_cap
 
     @property
     def fallbacks(self) -> tuple[str, ...]:
@@ -344,6 +368,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
             reserve=0.0,  # a model call inside a node shares the node's budget, reserve held back
             run=run_from_config(config),
             sync=sync,
+            idle_cap=choice.idle_cap,
         )
 
     def _refuse(self, plan: Plan, config: RunnableConfig) -> DeadlineExceeded:
@@ -377,7 +402,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         """A call cut by the enclosing deadline ended a hand-off before it. It raises rather
         than answers, so it waits that out: the enclosing step (a budgeted node) then sees its
         own deadline passed and ends as timed out, not as failed."""
-        if not result.status.cut:
+        if not result.status.cut or result.record.stalled:
             return 0.0
         if not plan.clamped or plan.deadline is None:
             return 0.0
@@ -425,7 +450,8 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
     ) -> StepResult[T]:
         """One model of the chain called on a worker thread, under its plan."""
         model, options, call_cfg, timing = self._prepared(chosen, cfg, kwargs)
-        with stopping_streams():  # the thread's job runs in a copy of this context
+        watched = chosen.plan.idle is not None
+        with stopping_streams(), watching_streams(watched):  # (the job runs in a copy of these)
             result = run_sync(
                 chosen.plan,
                 lambda: model.invoke(input, call_cfg, **options),
@@ -483,7 +509,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
     ) -> StepResult[T]:
         """One model of the chain called under its plan, cancelled at its budget."""
         model, options, call_cfg, timing = self._prepared(chosen, cfg, kwargs)
-        with stopping_streams():
+        with stopping_streams(), watching_streams(chosen.plan.idle is not None):
             result = await run_async(
                 chosen.plan,
                 lambda: model.ainvoke(input, call_cfg, **options),
@@ -521,6 +547,7 @@ def budgeted_model(
     book: LatencyBook | None = None,
     quantile: float = 0.9,
     tokens_per_second: float | Learned | None = None,
+    idle_cap: float | Learned | None = None,
 ) -> BudgetedModel[Any]:
     """A chat model whose every call gets `min(cap, remaining)` of the deadline in context.
 
@@ -551,6 +578,14 @@ def budgeted_model(
     `quantile` of time to first token, at the learned `quantile` of seconds per token; until
     the book holds `min_samples` of each, no `max_tokens` is set.
 
+    `idle_cap` is the longest gap between two chunks of the call's stream (Vercel's `chunkMs`,
+    LangGraph's `idle_timeout`; the call then streams): past it the call is cut at once as
+    stalled (`StepRecord.stalled`, `cancel_source="stalled"`, `note` "no progress for 2.1 s")
+    and the next fallback takes the time left. The gap clock starts at the first chunk: a slow
+    first token is the budget's business, and a stream that keeps flowing is never cut.
+    Given `learned(book)`, the cap is learned per model id from the longest gaps of its
+    streams (never above its `cap`); until then its gaps are only watched.
+
     ```python
     llm = budgeted_model(ChatOpenAI(model="gpt-4o-mini"), cap=20.0, min_viable=2.0)
 
@@ -560,7 +595,7 @@ def budgeted_model(
 
     Raises:
         TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0;
-            `tokens_per_second` neither a number > 0 nor `learned(...)`; `fallbacks`
+            `tokens_per_second` or `idle_cap` neither a number > 0 nor `learned(...)`; `fallbacks`
             is empty, holds a non-model or two models of one name; `book` without `fallbacks`;
             `quantile` outside (0, 1).
         DeadlineExceeded: (from a call) not started for lack of budget, or cut at its budget.
@@ -574,6 +609,7 @@ def budgeted_model(
         min_viable=min_viable,
         name=name or model_id(model),
         tokens_per_second=tokens_per_second,
+        idle_cap=idle_cap,
     )
     chain = fallbacks_of(
         fallbacks,

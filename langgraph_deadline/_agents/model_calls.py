@@ -14,7 +14,12 @@ from .._core.plan import Plan, plan_step
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
 from .._graph.state import deadline_from_state
-from .._graph.streams import PartialAnswer, callbacks_in_context, stopping_streams
+from .._graph.streams import (
+    PartialAnswer,
+    callbacks_in_context,
+    stopping_streams,
+    watching_streams,
+)
 from .closing import give_up
 from .model import MIN_SAMPLES
 from .note import budget_note, tool_times, with_note
@@ -38,6 +43,7 @@ def model_plan(settings: MiddlewareSettings, state: Mapping[str, Any], *, sync: 
         reserve=settings.reserve,
         deadline=deadline_from_state(state),
         sync=sync,
+        idle_cap=settings.model_idle_cap,
     )
 
 
@@ -68,15 +74,21 @@ class Ears(NamedTuple):
 
     said: PartialAnswer | None
     timing: StreamTiming | None
+    watched: bool = False  # its plan has an idle cap: its chunks are progress
 
     @classmethod
-    def of(cls, request: ModelRequest[Any], settings: MiddlewareSettings) -> Ears:
+    def of(cls, request: ModelRequest[Any], settings: MiddlewareSettings, plan: Plan) -> Ears:
         said = PartialAnswer() if settings.partial_answer else None
-        return cls(said, timing_for(request.model, settings.tokens_per_second))
+        timing = timing_for(request.model, settings.tokens_per_second)
+        return cls(said, timing, plan.idle is not None)
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
-        with stopping_streams(), callbacks_in_context(self.said, self.timing):
+        with (
+            stopping_streams(),
+            callbacks_in_context(self.said, self.timing),
+            watching_streams(self.watched),
+        ):
             yield
 
     def ended(self, result: StepResult[Any]) -> str:

@@ -10,6 +10,7 @@ from .._core.rules import StepRule
 from .._core.validate import (
     check_cap,
     check_fits,
+    check_idle_cap,
     check_limit,
     check_mapping,
     check_seconds,
@@ -42,6 +43,7 @@ class MiddlewareSettings:
     default_tool_cap: float | StepRule | None = None
     model_cap: float | None = None
     model_min_viable: float = 0.0
+    model_idle_cap: float | StepRule | None = None
     tokens_per_second: Rate | None = None
     partial_answer: bool = True
     fallbacks: Fallbacks | None = None  # checked by `fallbacks_of` when the middleware is made
@@ -61,6 +63,7 @@ class MiddlewareSettings:
             "default_tool_cap": check_limit(self.default_tool_cap, "default_tool_cap"),
             "model_cap": check_step_cap(self.model_cap, "model_cap"),
             "model_min_viable": check_seconds(self.model_min_viable, "model_min_viable"),
+            "model_idle_cap": check_idle_cap(self.model_idle_cap, "model_idle_cap"),
             "tokens_per_second": check_rate(self.tokens_per_second),
         }
         for flag in ("partial_answer", "budget_note"):

@@ -10,7 +10,7 @@ from .records import Outcome, Terminal
 if TYPE_CHECKING:
     from .deadline import Deadline
 
-__all__ = ["DeadlineExceeded", "ScopeFrame"]
+__all__ = ["DeadlineExceeded", "ScopeFrame", "Stalled"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,3 +83,22 @@ def _rebuild(
     return DeadlineExceeded(
         message, deadline=deadline, step=step, outcome=outcome, scopes=scopes, state=state
     )
+
+
+class Stalled(DeadlineExceeded):
+    """A step cut at its idle cap: no progress (a chunk, bytes, a heartbeat) for `gap` seconds.
+    A `DeadlineExceeded`, so whatever handles a step cut at its budget handles it too; the
+    time left is not spent, and a fallback, a retry or a hedge may take it."""
+
+    gap: float
+
+    def __init__(self, message: str, *, gap: float, step: str | None = None) -> None:
+        super().__init__(message, step=step)
+        self.gap = gap
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_stalled, (str(self), self.gap, self.step))
+
+
+def _rebuild_stalled(message: str, gap: float, step: str | None) -> Stalled:
+    return Stalled(message, gap=gap, step=step)

@@ -20,8 +20,9 @@ from .cancel import CancelSignal
 from .context import current_scopes, pop_step, push_step, step_scope
 from .cut import Cut
 from .deadline import Deadline
-from .errors import DeadlineExceeded, ScopeFrame
+from .errors import DeadlineExceeded, ScopeFrame, Stalled
 from .plan import RunAlarm, RunTracker
+from .stall import StallWatch, stalled_note, unwatch, watching
 
 __all__ = ["StepGuard"]
 
@@ -33,7 +34,18 @@ class StepGuard:
     caused it, as the caller's cancellation); any other passes through. A step that ends when
     the run's nodes end joins the run's one timer for that instant instead of arming its own."""
 
-    __slots__ = ("_cut", "_deadline", "_inside", "_name", "_run", "_scope", "_signal", "_token")
+    __slots__ = (
+        "_cut",
+        "_deadline",
+        "_inside",
+        "_name",
+        "_run",
+        "_scope",
+        "_signal",
+        "_token",
+        "_watch",
+        "_watch_token",
+    )
 
     def __init__(
         self,
@@ -42,6 +54,7 @@ class StepGuard:
         signal: CancelSignal | None,
         run: RunTracker | None = None,
         inside: Deadline | None = None,
+        watch: StallWatch | None = None,
     ) -> None:
         self._deadline = deadline
         self._inside = inside  # the deadline the block's own steps see, when earlier
@@ -51,10 +64,14 @@ class StepGuard:
         self._cut: Cut | None = None
         self._token: Token[tuple[ScopeFrame, ...]] | None = None
         self._scope: tuple[AbstractContextManager[object], anyio.CancelScope] | None = None
+        self._watch = watch  # its idle cap's watch (`stall.py`), when it has one
+        self._watch_token: Token[StallWatch | None] | None = None
 
     def __enter__(self) -> Self:
-        deadline, signal = self._deadline, self._signal
-        if deadline is None and signal is None:
+        deadline, signal, watch = self._deadline, self._signal, self._watch
+        if watch is not None:
+            self._watch_token = watching(watch)
+        if deadline is None and signal is None and watch is None:
             return self
         try:
             loop = asyncio.get_running_loop()
@@ -75,6 +92,8 @@ class StepGuard:
             self._token = push_step(self._inside or deadline, self._name)
         if signal is not None:
             signal.register(cut)
+        if watch is not None:
+            watch.start(loop, cut.cancel)
         return self
 
     def __exit__(
@@ -83,6 +102,11 @@ class StepGuard:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        if self._watch_token is not None:
+            unwatch(self._watch_token)
+            self._watch_token = None
+            assert self._watch is not None
+            self._watch.stop()
         cut = self._cut
         if cut is None:
             return self._exit_anyio(exc_type, exc, tb) if self._scope is not None else False
@@ -129,6 +153,9 @@ class StepGuard:
 
     def _caught(self, chain: tuple[ScopeFrame, ...]) -> NoReturn:
         deadline, signal, name = self._deadline, self._signal, self._name
+        watch = self._watch
+        if watch is not None and watch.fired and not (signal is not None and signal.cancelled):
+            raise Stalled(f"{name} stalled: {stalled_note(watch.gap)}", gap=watch.gap, step=name)
         if (
             signal is not None
             and signal.cancelled

@@ -121,6 +121,7 @@ def step_fields(event: StepEvent) -> dict[str, Field]:
         "hedge_held": r.hedge_held,  # why a wanted copy was not started: a fixed word
         "parent": r.parent,  # another step's name and start time
         "held_ms": r.held_ms,  # kept back for the steps that follow
+        "gap_ms": r.gap_ms,  # the longest gap with no progress (a step with an idle cap)
     }
 
 

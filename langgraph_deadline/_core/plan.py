@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -84,6 +85,8 @@ class Plan(NamedTuple):
     # time kept back, they end a hand-off before it, so that it returns what they gave in time
     within: float = 0.0  # seconds kept back by its steps only (the step itself is not cut
     # for them: `StepRule.keep_back_inside`)
+    idle: float | None = None  # its idle cap: cut after this long with no progress (inf: its
+    # gaps are watched, to be learned, but it is not cut; None: not watched)
 
     @property
     def link(self) -> str:
@@ -116,6 +119,8 @@ class Plan(NamedTuple):
         *,
         side_effect_started: bool = False,
         cancel_source: str | None = None,
+        note: str | None = None,
+        gap: float | None = None,
     ) -> StepRecord:
         return StepRecord(
             name=self.name,
@@ -130,9 +135,10 @@ class Plan(NamedTuple):
             side_effect_started=side_effect_started,
             cancel_source=cancel_source,
             started_at=self.started_at,
-            note=self.note,
+            note=note or self.note,
             parent=self.parent,
             held_ms=_ms(self.held or self.within) or None,
+            gap_ms=_ms(gap),
         )
 
 
@@ -255,6 +261,7 @@ def plan_step(
     run: RunTracker | None = None,
     sync: bool = False,
     started: float | None = None,
+    idle_cap: float | StepRule | None = None,
 ) -> Plan:
     """Decide a step's budget now: `min(cap, remaining - reserve)` against every known deadline.
 
@@ -267,6 +274,10 @@ def plan_step(
     A `StepRule` (a learned cap or min_viable, `_learn/`) is asked for its numbers here, once:
     the cap (at most the user's), the min_viable (at most the cap: a step given its whole cap
     always starts), and the time to keep back for the steps named to follow it.
+
+    `idle_cap` (seconds, or a rule) is the longest gap with no progress before the step is cut
+    as stalled; a learned one is never above the step's cap, and while cold the step is only
+    watched (`Plan.idle` inf) so that its gaps are learned.
     """
     rule = viable = None
     held = within = 0.0
@@ -331,6 +342,14 @@ def plan_step(
     elif held > 0.0 or within > 0.0:
         assert rule is not None
         note = rule.held_for(held) if held > 0.0 else rule.held_for(within) + ", by its steps"
+    idle = None
+    if isinstance(idle_cap, StepRule):
+        idle = idle_cap.idle_cap(kind, name)
+        idle = math.inf if idle is None else idle
+    elif idle_cap is not None:
+        idle = idle_cap
+    if idle is not None and cap is not None and idle > cap:
+        idle = cap
     return Plan(
         name=name,
         kind=kind,
@@ -349,6 +368,7 @@ def plan_step(
         parent=current_parent(),
         inside=inside,
         within=within,
+        idle=idle,
     )
 
 

@@ -7,9 +7,12 @@ import enum
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-__all__ = ["Outcome", "StepKind", "StepRecord", "StepStatus", "Terminal", "step_link"]
+__all__ = ["STALLED", "Outcome", "StepKind", "StepRecord", "StepStatus", "Terminal", "step_link"]
 
 StepKind = Literal["node", "tool", "model", "http"]
+
+STALLED: Final = "stalled"
+"""The `cancel_source` of a step cut at its idle cap: no progress for that long."""
 
 
 class _PlainData(dict[str, Any]):
@@ -105,6 +108,13 @@ class StepRecord(_PlainData):
     parent: str | None = None  # the `link` of the step this one ran inside
     held_ms: float | None = None  # kept back from its budget for the steps that follow (`note`
     # names them); None when nothing was
+    gap_ms: float | None = None  # the longest gap with no progress it showed, for a step with
+    # an idle cap (a stream's chunks, a body's bytes, a node's heartbeats); None: not watched
+
+    @property
+    def stalled(self) -> bool:
+        """Cut at its idle cap: it made no progress for that long (`note` says how long)."""
+        return self.cancel_source == STALLED
 
     @property
     def link(self) -> str | None:
@@ -122,6 +132,8 @@ class StepRecord(_PlainData):
             if self.allocated_ms:
                 return f"{self.name} not started: budget {self.allocated_ms} ms below min_viable"
             return f"{self.name} not started: no time left"
+        if self.stalled:
+            return f"{self.name} stalled: {self.note or 'no progress'}"
         if self.status is StepStatus.ABANDONED:
             return f"{self.name} overran its budget of {self.allocated_ms} ms (sync work abandoned)"
         return f"{self.name} cancelled at its budget of {self.allocated_ms} ms"

@@ -68,6 +68,11 @@ class StepRule:
         for the steps after it, when `keep_back` keeps none from the step itself; 0: none."""
         return 0.0
 
+    def idle_cap(self, kind: str, name: str) -> float | None:
+        """The step's idle cap now: the longest gap with no progress it may show (None: not
+        known yet; the step is watched, not cut)."""
+        return None
+
     def held_for(self, held: float) -> str:
         """What `held` seconds were kept back for (for the step's record): the steps named."""
         raise NotImplementedError

@@ -8,6 +8,8 @@ through untouched: the caller names them in `passthrough`.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Self, TypeVar
@@ -15,15 +17,24 @@ from typing import Any, Generic, NamedTuple, Self, TypeVar
 import anyio
 
 from .cancel import current_signal
-from .errors import DeadlineExceeded
+from .errors import DeadlineExceeded, Stalled
 from .guard import StepGuard
 from .plan import Plan, RunTracker
 from .record import commit_record
-from .records import StepRecord, StepStatus
+from .records import STALLED, StepRecord, StepStatus
+from .stall import StallWatch, current_watch, finite, stalled_note, unwatch, watching
 from .workers import Job
 from .workers import submit as _submit
 
-__all__ = ["StepResult", "StepRun", "run_async", "run_sync", "settle", "unbounded_guard"]
+__all__ = [
+    "StepResult",
+    "StepRun",
+    "run_async",
+    "run_sync",
+    "settle",
+    "unbounded_guard",
+    "watch_of",
+]
 
 T = TypeVar("T")
 
@@ -77,7 +88,8 @@ class StepRun(StepGuard):
         passthrough: tuple[type[BaseException], ...],
     ) -> None:
         signal = run.signal if run is not None else current_signal()
-        super().__init__(plan.step_deadline(), plan.name, signal, run, plan.inside)
+        watch = watch_of(plan)
+        super().__init__(plan.step_deadline(), plan.name, signal, run, plan.inside, watch)
         self._plan = plan
         self._commit = commit
         self._passthrough = passthrough
@@ -104,15 +116,17 @@ class StepRun(StepGuard):
                 return True
             raise
         if exc is None:
-            done = StepResult(self._plan.record(StepStatus.COMPLETED), value=self.value)
+            gap = None if self._watch is None else self._watch.close(cut=False)
+            done = StepResult(self._plan.record(StepStatus.COMPLETED, gap=gap), value=self.value)
             self._result = _finish(self._run, self._key, self._commit, done)
             return False
         return self._ended(exc)
 
     def _ended(self, exc: BaseException) -> bool:
         plan, run, key = self._plan, self._run, self._key
+        gap = None if self._watch is None else self._watch.close(cut=True)
         self._result = settle(
-            exc, plan, run, commit=self._commit, passthrough=self._passthrough, key=key
+            exc, plan, run, commit=self._commit, passthrough=self._passthrough, key=key, gap=gap
         )
         return self._result is not None
 
@@ -121,6 +135,14 @@ class StepRun(StepGuard):
         """How the step ended (once the block is left without an exception)."""
         assert self._result is not None
         return self._result
+
+
+def watch_of(plan: Plan) -> StallWatch | None:
+    """The watch of a step with an idle cap (None: it has none): a node's gap clock runs from
+    its start, a stream's from its first progress."""
+    if plan.idle is None:
+        return None
+    return StallWatch(finite(plan.idle), armed=plan.kind == "node", parent=current_watch())
 
 
 def unbounded_guard(name: str, run: RunTracker | None) -> StepGuard:
@@ -138,12 +160,19 @@ def settle(
     passthrough: tuple[type[BaseException], ...],
     commit: bool = True,
     key: int | None = None,
+    gap: float | None = None,
 ) -> StepResult[Any] | None:
     """How a step that raised `exc` ended, recorded. None: `exc` goes on up (the framework's
     control flow, a cancellation, a `BaseException`), recorded when it ends the step. A
-    `DeadlineExceeded` past the step's own deadline is a cut; with time left, the step failed."""
+    `DeadlineExceeded` past the step's own deadline is a cut; with time left, the step failed,
+    unless it was cut at its idle cap (`Stalled`: `cancel_source="stalled"`). `gap`: the
+    longest gap with no progress it showed (its record's `gap_ms`)."""
     key = id(plan) if key is None else key
     step_deadline = plan.step_deadline()
+    if isinstance(exc, Stalled) and exc.step == plan.name:
+        status = StepStatus.ABANDONED if plan.sync else StepStatus.TIMED_OUT
+        rec = plan.record(status, cancel_source=STALLED, note=stalled_note(exc.gap), gap=gap)
+        return _finish(run, key, commit, StepResult(rec, error=exc))
     if isinstance(exc, DeadlineExceeded):
         if step_deadline is None or not step_deadline.expired:
             # Raised below this step (a shorter inner scope, a client) with time left: it failed.
@@ -201,7 +230,7 @@ def run_sync(
     value let go, as if it had been cut there.
     """
     key = id(plan)
-    if plan.budget is None:
+    if plan.budget is None and plan.idle is None:
         try:
             value = body()
         except Exception as exc:
@@ -211,8 +240,38 @@ def run_sync(
     if run is not None:
         run.in_flight[key] = plan
     step_deadline = plan.step_deadline()
-    job = Job(body, step_deadline, plan.name)
-    if _on_a_loop_thread():
+    watch = watch_of(plan)
+    if watch is None:
+        job = Job(body, step_deadline, plan.name)
+    else:  # the job's copy of the context holds the watch: its stream's progress reaches it
+        token = watching(watch)
+        try:
+            job = Job(body, step_deadline, plan.name)
+        finally:
+            unwatch(token)
+    if watch is not None and watch.limit is not None and not _on_a_loop_thread():
+        stalled = _wait_watched(_submit(job), plan.budget, watch)
+        if stalled is not None:
+            rec = plan.record(
+                StepStatus.ABANDONED,
+                cancel_source=STALLED,
+                note=stalled_note(stalled),
+                gap=watch.close(cut=True),
+            )
+            error = Stalled(
+                f"{plan.name} stalled: {stalled_note(stalled)}", gap=stalled, step=plan.name
+            )
+            return _finish(run, key, commit, StepResult(rec, error=error))
+        if not job.wait(0.0):
+            overrun = DeadlineExceeded(
+                f"deadline exceeded in {plan.name} (sync work abandoned, still running)",
+                deadline=step_deadline,
+                step=plan.name,
+            )
+            source = "run_deadline" if plan.clamped else "step_cap"
+            rec = plan.record(StepStatus.ABANDONED, cancel_source=source, gap=watch.close(cut=True))
+            return _finish(run, key, commit, StepResult(rec, error=overrun))
+    elif _on_a_loop_thread():
         job.run()
         if job.error is None and step_deadline is not None and step_deadline.expired:
             job.error = DeadlineExceeded(
@@ -221,7 +280,7 @@ def run_sync(
                 deadline=step_deadline,
                 step=plan.name,
             )
-    elif not _submit(job).wait(plan.budget):
+    elif not _submit(job).wait(math.inf if plan.budget is None else plan.budget):
         overrun = DeadlineExceeded(
             f"deadline exceeded in {plan.name} (sync work abandoned, still running)",
             deadline=step_deadline,
@@ -248,7 +307,30 @@ def run_sync(
         if isinstance(err, Exception):
             return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=err))
         raise err
-    return _finish(run, key, commit, StepResult(plan.record(StepStatus.COMPLETED), value=job.value))
+    gap = None if watch is None else watch.close(cut=False)
+    done = StepResult(plan.record(StepStatus.COMPLETED, gap=gap), value=job.value)
+    return _finish(run, key, commit, done)
+
+
+def _wait_watched(job: Job[Any], budget: float | None, watch: StallWatch) -> float | None:
+    """Wait for a sync step's job until it ends, its `budget` runs out (it is then still
+    running: `job.wait(0)` is False) or it stalls; the gap it stalled at, or None."""
+    limit = watch.limit
+    assert limit is not None
+    ends = time.monotonic() + (math.inf if budget is None else budget)
+    while True:
+        now = time.monotonic()
+        if now >= ends:
+            return None
+        due = watch.last + limit if watch.armed else now + limit
+        if job.wait(min(ends, due) - now):
+            job.finish()  # (give the lock back: the caller's next look finds the job done)
+            return None
+        gap = watch.open_gap()
+        if gap >= limit:
+            watch.fired = True
+            watch.gap = gap
+            return gap
 
 
 def _on_a_loop_thread() -> bool:

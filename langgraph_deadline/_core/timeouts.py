@@ -26,6 +26,7 @@ class ToolTimeout:
     remaining_s: float | None
     min_viable_s: float
     side_effect_started: bool = False
+    stalled_s: float | None = None  # cut at its idle cap: no progress for this long
 
 
 def timeout_message(info: ToolTimeout) -> str:
@@ -45,6 +46,14 @@ def timeout_message(info: ToolTimeout) -> str:
             "before an answer came back): the action may already have happened. Do not call "
             f"'{info.tool}' again until you have checked whether it took effect (look it up, or "
             "ask the user); tell the user the outcome is unknown."
+        )
+    if info.stalled_s is not None and not info.side_effect_started:
+        return (
+            f"Tool '{info.tool}' stopped making progress (no progress for "
+            f"{info.stalled_s:.1f} s) and was stopped. This is a stall, not an empty result: "
+            f"the data may exist. Do not call '{info.tool}' again with the same arguments. "
+            "Instead, narrow the request, use another tool, or continue without it and tell "
+            "the user which part of the answer is missing."
         )
     if info.side_effect_started:
         return (
@@ -78,6 +87,9 @@ def tool_facts(
     if record is not None:
         facts["budget_ms"] = record.allocated_ms
         facts["elapsed_ms"] = round(record.elapsed_ms, 3)
+        if record.stalled:
+            facts["stalled"] = True
+            facts["gap_ms"] = record.gap_ms
     facts["stale"] = age_s is not None
     facts["side_effect_started"] = side_effect_started
     if error is not None:

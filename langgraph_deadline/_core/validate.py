@@ -152,6 +152,24 @@ def check_limit(value: object, name: str) -> float | StepRule | None:
     return check_step_cap(value, name)
 
 
+def check_idle_cap(value: object, name: str) -> float | StepRule | None:
+    """An idle cap (the longest gap with no progress), that may be learned: a `StepRule` is
+    kept, None is none, anything else a number of seconds > 0.
+
+    Raises:
+        TypeError, ValueError: as `check_seconds` (negative, NaN, infinite); or 0, naming `name`.
+    """
+    if value is None or isinstance(value, StepRule):
+        return value
+    seconds = check_seconds(value, name)
+    if seconds == 0.0:
+        raise ValueError(
+            f"{name} must be more than 0 seconds, got {show(value)}: every step would stall at "
+            "once (for no idle cap, pass None)"
+        )
+    return seconds
+
+
 def check_viable(value: object, name: str) -> float | StepRule:
     """A min_viable that may be learned: a `StepRule` is kept, anything else `check_seconds`."""
     if isinstance(value, StepRule):

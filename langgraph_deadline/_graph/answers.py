@@ -72,6 +72,7 @@ def timeout_of(
         remaining_s=plan.remaining,
         min_viable_s=plan.min_viable,
         side_effect_started=record.side_effect_started,
+        stalled_s=None if not record.stalled or record.gap_ms is None else record.gap_ms / 1000,
     )
 
 

@@ -26,6 +26,7 @@ from .._core.rules import StepRule
 from .._core.validate import (
     ceiling_of,
     check_fits,
+    check_idle_cap,
     check_limit,
     check_seconds,
     check_viable,
@@ -35,6 +36,7 @@ from .messages import ToolResults, open_tool_calls
 from .seams import runs_on_a_thread
 from .settings import NodeSettings
 from .step import NodeStep, listening
+from .streams import heartbeating
 from .tool_node import capped_per_call, is_tool_node
 
 __all__ = ["budgeted", "is_budgeted", "unwrapped", "wrap_node"]
@@ -53,6 +55,7 @@ def budgeted(
     min_viable: float | StepRule = 0.0,
     name: str | None = None,
     reserve: float | None = None,
+    idle_cap: float | StepRule | None = None,
 ) -> F: ...
 
 
@@ -64,6 +67,7 @@ def budgeted(
     min_viable: float | StepRule = 0.0,
     name: str | None = None,
     reserve: float | None = None,
+    idle_cap: float | StepRule | None = None,
 ) -> Runnable[Any, Any]: ...
 
 
@@ -75,6 +79,7 @@ def budgeted(
     min_viable: float | StepRule = 0.0,
     name: str | None = None,
     reserve: float | None = None,
+    idle_cap: float | StepRule | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -85,6 +90,7 @@ def budgeted(
     min_viable: float | StepRule = 0.0,
     name: str | None = None,
     reserve: float | None = None,
+    idle_cap: float | StepRule | None = None,
 ) -> Any:
     """Run a node with budget `min(cap, remaining - reserve)` of the run's deadline.
 
@@ -98,6 +104,10 @@ def budgeted(
 
     Use as `budgeted(node, cap=2.0)` or as `@budgeted(cap=2.0)`. `reserve` defaults to the run's.
     `cap` and `min_viable` may be learned: `learned(book, ...)` (docs/howto/learned-budgets.md).
+    `idle_cap` (seconds, or learned) cuts the node as stalled when it shows no progress for
+    that long, from its start (LangGraph's `idle_timeout`): progress is `runtime.heartbeat()`
+    (where the installed LangGraph has it), a write of `runtime.stream_writer` (or an injected
+    `writer`), a chunk of a model's stream or of an HTTP body read with `deadline_hooks`.
 
     Raises:
         TypeError, ValueError: `cap`, `min_viable` or `reserve` is not a finite number >= 0;
@@ -109,6 +119,7 @@ def budgeted(
         cap=check_limit(cap, "cap"),
         min_viable=check_viable(min_viable, "min_viable"),
         reserve=None if reserve is None else check_seconds(reserve, "reserve"),
+        idle_cap=check_idle_cap(idle_cap, "idle_cap"),
     )
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a string, got {type(name).__name__}: {name!r}")
@@ -153,9 +164,13 @@ def _wrap_function(fn: Callable[..., Any], settings: NodeSettings, name: str | N
     params = inspect.signature(fn).parameters
     wants = tuple(k for k in _INJECTABLE if k in params)
 
+    beats = settings.idle_cap is not None
+
     def kwargs_for(config: RunnableConfig, runtime: Runtime[Any]) -> dict[str, Any]:
         if not wants:
             return {}
+        if beats:
+            runtime = heartbeating(runtime)
         found = {
             "config": config,
             "runtime": runtime,

@@ -25,6 +25,7 @@ class NodeSettings:
     reserve: float | None = None
     retry: Any = None  # RetryPolicy | Sequence[RetryPolicy] | None
     optional: bool = False
+    idle_cap: float | StepRule | None = None  # the longest gap between two heartbeats
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,13 @@ from .messages import messages_of
 from .seams import PASSTHROUGH, node_attempt
 from .settings import NodeSettings
 from .state import deadline_from_state
-from .streams import PartialAnswer, callbacks_in_context, streams_let_go, streams_stopped
+from .streams import (
+    PartialAnswer,
+    callbacks_in_context,
+    streams_let_go,
+    streams_stopped,
+    watching_streams,
+)
 
 __all__ = ["NodeStep"]
 
@@ -53,6 +59,7 @@ class NodeStep:
             run=run,
             sync=sync,
             started=started,
+            idle_cap=self.settings.idle_cap,
         )
 
     def _bounded(self, state: Any, run: RunTracker | None) -> tuple[bool, Deadline | None]:
@@ -91,7 +98,7 @@ class NodeStep:
 
         def guarded() -> Any:  # on a worker thread, in a copy of this context
             streams_stopped()  # its model streams end at the budget: the thread runs on
-            with callbacks_in_context(said):  # model calls that read the context
+            with callbacks_in_context(said), watching_streams(plan.idle is not None):
                 return body(config)
 
         with child_records(plan.link) as children:
@@ -129,6 +136,7 @@ class NodeStep:
                 child_records(plan.link) as children,
                 StepRun(plan, run, passthrough=PASSTHROUGH) as step,
                 callbacks_in_context(said),
+                watching_streams(plan.idle is not None),  # its models' chunks are progress
             ):
                 step.value = await body()  # in this coroutine: one frame fewer than run_async's
         finally:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar, Token
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import ensure_config
@@ -19,13 +20,18 @@ from langchain_core.tracers.context import register_configure_hook
 from .._core.context import current_scopes
 from .._core.errors import DeadlineExceeded
 from .._core.observe import TokensEvent, emit_tokens
+from .._core.stall import idle, progress
+
+T = TypeVar("T")
 
 __all__ = [
     "PartialAnswer",
     "callbacks_in_context",
+    "heartbeating",
     "stopping_streams",
     "streams_let_go",
     "streams_stopped",
+    "watching_streams",
 ]
 
 
@@ -103,6 +109,76 @@ def stopping_streams() -> Iterator[None]:
         yield
     finally:
         streams_let_go(token)
+
+
+class _Progress(_TokenListener):
+    """Every chunk of a model's stream is progress of the steps it runs in (`stall.progress`:
+    their idle caps start again); its end stops the gap clock of the model call's own watch.
+    It makes the call stream (it has the shape LangChain looks for to stream `invoke`, as
+    LangGraph's "messages" mode does): only a streamed call has chunks to watch."""
+
+    def on_llm_new_token(self, token: Any, **kwargs: Any) -> None:
+        progress()
+
+    def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+        idle()
+
+    def on_llm_error(self, error: BaseException, **kwargs: Any) -> None:
+        idle()
+
+    def tap_output_aiter(self, run_id: UUID, output: AsyncIterator[T]) -> AsyncIterator[T]:
+        return output
+
+    def tap_output_iter(self, run_id: UUID, output: Iterator[T]) -> Iterator[T]:
+        return output
+
+
+_PROGRESS: Final = _Progress()
+_WATCHED: Final[ContextVar[_Progress | None]] = ContextVar(
+    "langgraph_deadline.watched_streams", default=None
+)
+register_configure_hook(_WATCHED, inheritable=True)
+
+
+@contextlib.contextmanager
+def watching_streams(on: bool = True) -> Iterator[None]:
+    """Model calls made in the block stream, and their chunks are progress of the steps with an
+    idle cap they run in (`_Progress`). `on=False`: a no-op (a step without an idle cap)."""
+    if not on:
+        yield
+        return
+    token = _WATCHED.set(_PROGRESS)
+    try:
+        yield
+    finally:
+        _WATCHED.reset(token)
+
+
+def heartbeating(runtime: Any) -> Any:
+    """`runtime` (LangGraph's, injected into a node) whose `heartbeat()` (where the installed
+    LangGraph has it) and `stream_writer` writes are also progress of the steps with an idle
+    cap they run in, as they refresh LangGraph's own `idle_timeout`."""
+    override = getattr(runtime, "override", None)
+    if override is None:
+        return runtime
+    changes: dict[str, Any] = {}
+    writer = getattr(runtime, "stream_writer", None)
+    if writer is not None:
+
+        def write(chunk: Any) -> None:
+            progress()
+            writer(chunk)
+
+        changes["stream_writer"] = write
+    beat = getattr(runtime, "heartbeat", None)
+    if beat is not None:
+
+        def heartbeat() -> None:
+            progress()
+            beat()
+
+        changes["heartbeat"] = heartbeat
+    return override(**changes) if changes else runtime
 
 
 class PartialAnswer(_TokenListener):

@@ -28,6 +28,7 @@ class _Metrics:
     duration: Histogram
     exceeded: Counter
     abandoned: Counter
+    stalled: Counter
     hedges: Counter
     hedge_wins: Counter
     hedges_held: Counter
@@ -50,6 +51,8 @@ class PrometheusObserver:
     - `<ns>_step_deadline_exceeded_total`, labels `step`, `kind`: steps skipped for lack of
       budget, cut at it, or abandoned past it;
     - `<ns>_step_abandoned_total`, labels `step`, `kind`: sync work left running past its budget;
+    - `<ns>_step_stalled_total`, labels `step`, `kind`: steps cut at their idle cap (no
+      progress for that long; counted in `deadline_exceeded` too, as cut steps);
     - `<ns>_step_hedges_total`, labels `step`, `kind`: extra copies hedged calls started;
     - `<ns>_step_hedge_wins_total`, labels `step`, `kind`: hedged calls a later copy answered;
     - `<ns>_step_hedges_held_total`, labels `step`, `kind`, `reason`: hedged calls whose next
@@ -94,6 +97,8 @@ class PrometheusObserver:
             m.exceeded.labels(rec.name, rec.kind).inc()
         if rec.status is StepStatus.ABANDONED:
             m.abandoned.labels(rec.name, rec.kind).inc()
+        if rec.stalled:
+            m.stalled.labels(rec.name, rec.kind).inc()
         if rec.hedges:
             m.hedges.labels(rec.name, rec.kind).inc(rec.hedges)
             if rec.winner:
@@ -155,6 +160,12 @@ def _make(registry: CollectorRegistry, ns: str, buckets: Sequence[float]) -> _Me
         abandoned=Counter(
             f"{ns}_step_abandoned",
             "Sync steps left running past their budget (their work may still be going on).",
+            step_labels,
+            registry=registry,
+        ),
+        stalled=Counter(
+            f"{ns}_step_stalled",
+            "Steps cut at their idle cap: no progress (a chunk, bytes, a heartbeat) for that long.",
             step_labels,
             registry=registry,
         ),

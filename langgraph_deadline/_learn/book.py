@@ -33,7 +33,7 @@ from .._core.records import StepKind, StepRecord, StepStatus
 from .._core.validate import check_seconds
 from .sketch import BUCKETS, LatencySketch, bucket_of, empty_counts
 
-__all__ = ["FIRST_TOKEN", "KINDS", "PER_TOKEN", "LatencyBook", "Tally", "sample_of"]
+__all__ = ["FIRST_TOKEN", "GAP", "KINDS", "PER_TOKEN", "LatencyBook", "Tally", "sample_of"]
 
 log = logging.getLogger("langgraph_deadline")
 _PAGE = 100  # store entries read per search
@@ -44,6 +44,11 @@ FIRST_TOKEN: Final = "first_token"
 PER_TOKEN: Final = "per_token"
 """A model's seconds per output token once it streams: its output rate, inverted (a duration,
 so the same sketch keeps it; a high quantile is a slow day's rate)."""
+GAP: Final = "gap"
+"""A step's longest gap with no progress (between two chunks of a model's stream, two reads of
+a response body, two heartbeats of a node), keyed by step name: what a learned idle cap is
+learned from (`StepRecord.gap_ms`, for a step with an idle cap). A step cut mid-gap is a
+censored sample of it, "at least this long"."""
 _CENSORED: Final = frozenset({StepStatus.TIMED_OUT, StepStatus.ABANDONED, StepStatus.STALE})
 Key = tuple[str, str]  # (kind, name)
 
@@ -162,6 +167,8 @@ class LatencyBook:
         sample = sample_of(record)
         if sample is not None:
             self.record(record.kind, record.name, sample[0], censored=sample[1])
+            if record.gap_ms is not None:
+                self.record(GAP, record.name, record.gap_ms / 1000.0, censored=sample[1])
 
     def record(self, kind: str, name: str, seconds: float, *, censored: bool = False) -> None:
         """Record one duration of the step `(kind, name)`: it finished in `seconds`, or

@@ -57,6 +57,7 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
         "of run",
         "exceeded",
         "abandoned",
+        "stalled",
         "cap ms (from n)",
     )
     rows = [
@@ -71,6 +72,7 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
             _pct(s.run_share),
             _pct(s.exceeded_rate),
             str(s.abandoned),
+            str(s.stalled),
             f"{_cap(s)} ({s.healthy})",
         )
         for s in stats
@@ -83,7 +85,8 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
     )
     lines.append(
         "exceeded: skipped, timed out or abandoned, itself or in a step it ran (a tool call in "
-        "its node). cap: p99 elapsed of the other completed steps in completed runs and of "
+        "its node). stalled: cut at their idle cap, no progress for that long. "
+        "cap: p99 elapsed of the other completed steps in completed runs and of "
         f"the steps cut short (at their cut) x {headroom:g}, rounded up to "
         f"{CAP_ROUNDING_MS:g} ms; >=: that p99 lies among the cut ones, which needed more."
     )

@@ -64,6 +64,7 @@ class StepStats:
     hedges: int = 0
     hedge_wins: int = 0
     held: tuple[tuple[str, int], ...] = ()
+    stalled: int = 0  # cut at their idle cap: no progress for that long
 
 
 def step_stats(trace: Trace, *, headroom: float = 1.2) -> list[StepStats]:
@@ -134,6 +135,7 @@ def _stats(name: str, kind: str, items: list[_Item], headroom: float) -> StepSta
         run_share=(sum(s / b for s, b in per_run.values()) / len(per_run)) if per_run else None,
         exceeded_rate=sum(short for _, _, short in items) / len(items),
         abandoned=sum(r.status is StepStatus.ABANDONED for r, _, _ in items),
+        stalled=sum(r.stalled for r, _, _ in items),
         healthy=len(healthy),
         recommended_cap_ms=cap,
         cap_at_least=at_least,

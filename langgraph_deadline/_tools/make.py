@@ -18,7 +18,7 @@ from langchain_core.tools.base import ArgsSchema
 from .._core.moved import renamed
 from .._core.rules import StepRule
 from .._core.timeouts import ToolTimeout
-from .._core.validate import check_limit, check_mapping, show
+from .._core.validate import check_idle_cap, check_limit, check_mapping, show
 from .._retry.retry import RetryOn
 from .cache import StaleCache
 from .hedge import Hedge
@@ -62,6 +62,7 @@ def deadline_tool(
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
     hedge: Hedge | None = None,
+    idle_cap: float | StepRule | None = None,
     description: str | None = None,
     return_direct: bool = False,
     args_schema: ArgsSchema | None = None,
@@ -90,6 +91,7 @@ def deadline_tool(
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
     hedge: Hedge | None = None,
+    idle_cap: float | StepRule | None = None,
     description: str | None = None,
     return_direct: bool = False,
     args_schema: ArgsSchema | None = None,
@@ -117,6 +119,7 @@ def deadline_tool(
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
     hedge: Hedge | None = None,
+    idle_cap: float | StepRule | None = None,
     description: str | None = None,
     return_direct: bool = False,
     args_schema: ArgsSchema | None = None,
@@ -144,6 +147,7 @@ def deadline_tool(
     attempts: int = 3,
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
     hedge: Hedge | None = None,
+    idle_cap: float | StepRule | None = None,
     description: str | None = None,
     return_direct: bool = False,
     args_schema: ArgsSchema | None = None,
@@ -174,6 +178,10 @@ def deadline_tool(
     `{seconds}`, `{status}`, `{remaining}`, or a function of `ToolTimeout`).
     `cap` and `min_viable` may be `learned(book, cap=5.0)` (docs/howto/learned-budgets.md).
     `timeout=` is the old name of `cap=` (a DeprecationWarning; it goes in the next release).
+    `idle_cap` is the longest gap with no progress (bytes of an HTTP response body read
+    through a client with `deadline_hooks`, or `progress()` calls) before the call is cut as
+    stalled, its timeout text saying "no progress for 2.1 s"; the gap clock starts at its
+    first response. It may be `learned(book)` too, never above the tool's cap.
 
     `retry_on` (as in `retry(on=...)`) retries failed attempts up to `attempts` times, inside
     the same budget: no attempt or backoff starts that cannot fit. A `side_effect=True` tool
@@ -200,6 +208,7 @@ def deadline_tool(
         attempts=attempts,
         idempotency_key=idempotency_key,
         hedge=hedge,
+        idle_cap=idle_cap,
     )
     made: dict[str, Any] = {
         "description": description,
@@ -271,6 +280,7 @@ def deadline_tools(
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
     hedge: Hedge | None = None,
+    idle_cap: float | StepRule | None = None,
 ) -> list[DeadlineTool]:
     """Wrap several tools from one table of caps: `{"search_docs": 5, "get_order": 3}` plus a
     `default_cap` for the rest (`default=` is its old name, with a DeprecationWarning); any
@@ -278,7 +288,7 @@ def deadline_tools(
     named in `read_only` share `cache` for stale answers,
     kept apart by `cache_namespace` (as in `deadline_tool`: by default the authenticated user,
     else the config's `user_id`, else its `thread_id`), and are hedged by `hedge` (each tool
-    with a hedge budget of its own).
+    with a hedge budget of its own). `idle_cap` is every tool's (see `deadline_tool`).
 
     Every argument is checked, and named as written (`default_cap`, `caps['f']`), even when
     `tools` is empty: a table that is wrong for no tool today is wrong for the next one.
@@ -314,6 +324,7 @@ def deadline_tools(
     check_cache(cache)
     check_namespace(cache_namespace)
     check_hedge(hedge, "deadline_tools", read_only=bool(read_only))
+    check_idle_cap(idle_cap, "idle_cap")
     wrapped_inner = [t if isinstance(t, BaseTool) else lc_tool(t) for t in tools]
     names = {t.name for t in wrapped_inner}
     for label, given in (("caps", set(caps)), ("read_only", set(read_only))):
@@ -329,6 +340,7 @@ def deadline_tools(
                 cache=cache if t.name in read_only else None,
                 cache_namespace=cache_namespace,
                 hedge=hedge if t.name in read_only else None,
+                idle_cap=idle_cap,
             ),
         )
         for t in wrapped_inner

@@ -7,7 +7,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._core.rules import StepRule
-from .._core.validate import ceiling_of, check_flag, check_limit, check_viable, floor_of, show
+from .._core.validate import (
+    ceiling_of,
+    check_flag,
+    check_idle_cap,
+    check_limit,
+    check_viable,
+    floor_of,
+    show,
+)
 from .._graph.answers import Message
 from .._retry.policy import RetryOn, retry_predicate
 from .cache import StaleCache
@@ -19,9 +27,9 @@ __all__ = ["ToolOptions", "check_cache", "check_hedge", "check_namespace"]
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ToolOptions:
-    """A tool's budget (`cap`, `min_viable`), what it does to the world (`read_only`,
-    `side_effect`), its stale cache, its timeout text, its retries and its hedging. See
-    `deadline_tool`."""
+    """A tool's budget (`cap`, `min_viable`, `idle_cap`), what it does to the world
+    (`read_only`, `side_effect`), its stale cache, its timeout text, its retries and its
+    hedging. See `deadline_tool`."""
 
     cap: float | StepRule | None = None
     min_viable: float | StepRule = 0.0
@@ -34,6 +42,7 @@ class ToolOptions:
     attempts: int = 3
     idempotency_key: Callable[[Mapping[str, Any]], str] | None = None
     hedge: Hedge | None = None
+    idle_cap: float | StepRule | None = None
 
     def checked(self, tool: str) -> ToolOptions:
         """These options with times as floats, or an error naming `tool` and what is wrong.
@@ -42,6 +51,7 @@ class ToolOptions:
             ValueError, TypeError: bad numbers, a cache on a tool that is not read-only, etc.
         """
         cap = check_limit(self.cap, "cap")
+        idle_cap = check_idle_cap(self.idle_cap, "idle_cap")
         min_viable = check_viable(self.min_viable, "min_viable")
         check_flag(self.read_only, "read_only")
         check_flag(self.side_effect, "side_effect")
@@ -73,7 +83,7 @@ class ToolOptions:
             raise ValueError(f"tool {tool!r}: attempts must be an int >= 1, got {attempts!r}")
         if self.idempotency_key is not None and not callable(self.idempotency_key):
             raise TypeError("idempotency_key must be a function of the tool's arguments")
-        return dataclasses.replace(self, cap=cap, min_viable=min_viable)
+        return dataclasses.replace(self, cap=cap, min_viable=min_viable, idle_cap=idle_cap)
 
 
 def check_namespace(namespace: object) -> None:

@@ -228,6 +228,7 @@ class DeadlineTool(BaseTool):
             min_viable=self.options.min_viable,
             run=run_from_config(cfg),
             sync=sync,
+            idle_cap=self.options.idle_cap,
         )
 
     # -- retries and side effects (the rules are in `policy`) ------------------------------------

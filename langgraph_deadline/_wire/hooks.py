@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+import sys
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from typing import Any
 
 from .._core.clock import SYSTEM_CLOCK, Clock
@@ -11,6 +20,7 @@ from .._core.context import current_deadline, current_scopes
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.records import Terminal
+from .._core.stall import current_watch, idle, progress
 from .._core.validate import check_cap, check_flag, check_seconds, show
 from .format import BODY_MAX, WIRE, HeaderError, WireFormat, clamp, outgoing, parse_error_body, read
 
@@ -30,6 +40,9 @@ def deadline_hooks(*, wire: WireFormat = WIRE) -> dict[str, list[EventHook]]:
       timeouts are cut to the time left. Each is a limit per I/O wait: in async code the
       enclosing deadline scope is what cancels a response that trickles in past the deadline.
     Without a deadline in context a request goes out untouched.
+
+    In a step with an idle cap (`deadline_tool(idle_cap=)`), the response and each chunk of
+    its body are progress of that step: a body that stops arriving is cut as stalled.
 
     After each response: a 504 whose JSON body says `"terminal": "deadline_exceeded"` (what
     `DeadlineASGIMiddleware` answers) raises `DeadlineExceeded` naming the downstream step.
@@ -167,6 +180,9 @@ class _OnResponse:
     __slots__ = ()
 
     def __call__(self, response: Any) -> Awaitable[None]:
+        if current_watch() is not None:  # a step with an idle cap: its body's bytes are progress
+            progress()
+            response.stream = _watched(response)
         if response.status_code != 504 or not _small_json(response.headers):
             return _DONE  # only a short JSON body can be a deadline answer: never read a big one
         if not hasattr(response.stream, "__iter__"):  # an async client's response
@@ -181,6 +197,38 @@ class _OnResponse:
 
     def __repr__(self) -> str:
         return "deadline response hook (504 -> DeadlineExceeded)"
+
+
+def _watched(response: Any) -> Any:
+    """`response.stream`, each chunk of it progress of the step it is read in (`stall.py`: its
+    idle cap starts again), its end the end of that step's stream."""
+    stream = response.stream
+    module = sys.modules[type(response).__module__.partition(".")[0]]  # httpx or httpx2
+    if hasattr(stream, "__aiter__"):
+
+        class Async(module.AsyncByteStream):  # type: ignore[misc,name-defined]
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                async for chunk in stream:
+                    progress()
+                    yield chunk
+
+            async def aclose(self) -> None:
+                idle()
+                await stream.aclose()
+
+        return Async()
+
+    class Sync(module.SyncByteStream):  # type: ignore[misc,name-defined]
+        def __iter__(self) -> Iterator[bytes]:
+            for chunk in stream:
+                progress()
+                yield chunk
+
+        def close(self) -> None:
+            idle()
+            stream.close()
+
+    return Sync()
 
 
 def _small_json(headers: Any) -> bool:

@@ -60,7 +60,9 @@ class ChatReply:
 
     Every kind takes `delay` (seconds before the first byte, i.e. before the status line; may be
     `math.inf`) and `headers` (extra response headers). Streams take `chunk_interval` (seconds
-    before each token chunk; defaults to the server's).
+    before each token chunk; defaults to the server's). `reply.stalling(after=5, seconds=10.0)`
+    is the same reply whose stream stops sending after its 5th token chunk for 10 s (default:
+    for good), the connection open: a stalled stream.
     """
 
     tokens: tuple[str, ...] = ()
@@ -71,9 +73,18 @@ class ChatReply:
     delay: float = 0.0
     chunk_interval: float | None = None
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    stall_after: int | None = None  # token chunks sent before the stream stalls
+    stall_for: float = math.inf  # seconds it stalls for
 
     def __post_init__(self) -> None:
         check_seconds("delay", self.delay, allow_inf=True)
+        check_seconds("stall_for", self.stall_for, allow_inf=True)
+        if self.stall_after is not None and (
+            isinstance(self.stall_after, bool)
+            or not isinstance(self.stall_after, int)
+            or self.stall_after < 0
+        ):
+            raise ValueError(f"stall_after must be an int >= 0, got {self.stall_after!r}")
         if self.chunk_interval is not None:
             check_seconds("chunk_interval", self.chunk_interval)
         if self.retry_after is not None:
@@ -190,6 +201,11 @@ class ChatReply:
     def hang(cls) -> ChatReply:
         """Never send a byte: the request stays open until the client goes away."""
         return cls(delay=math.inf)
+
+    def stalling(self, after: int, seconds: float = math.inf) -> ChatReply:
+        """This reply, its stream stopped after `after` token chunks for `seconds` (the
+        connection stays open; then it goes on, unless the client left)."""
+        return dataclasses.replace(self, stall_after=after, stall_for=seconds)
 
     # -- what it means ------------------------------------------------------------------------
 

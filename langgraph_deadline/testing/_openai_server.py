@@ -612,7 +612,9 @@ class Exchange:
                 piece = args[p : p + _ARGUMENT_PIECE]
                 deltas.append({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
         limit = self.rec.max_tokens
-        for delta in deltas[:limit]:
+        for n, delta in enumerate(deltas[:limit]):
+            if n == self.reply.stall_after and await self._pause(self.reply.stall_for):
+                return  # stalled, and the client left meanwhile
             if await self._pause(self.interval):
                 return
             if not await self._body(self._event(delta), more=True, chunk=True):

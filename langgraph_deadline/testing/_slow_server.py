@@ -39,7 +39,9 @@ class ServedRequest:
 
 class SlowServer(Background):
     """`GET /slow?delay=S&status=N&retry_after=R` answers after S seconds (with a `Retry-After`
-    header when asked); `/fast` at once; `/drop` reads the
+    header when asked); `/fast` at once; `/trickle?chunks=N&interval=I&stall_after=K&stall=S`
+    answers at once and sends its body in N chunks, one every I seconds, stopping for S
+    seconds (default: for good) after the K-th (a body that stalls); `/drop` reads the
     request and closes the connection without an answer (a write whose reply is lost); anything
     else 404.
 
@@ -170,6 +172,8 @@ class SlowServer(Background):
             req.disconnected = time.monotonic()
             self._notify()
             return False
+        if req.path == "/trickle":
+            return await self._trickle(req, reader, writer)
         if req.path == "/slow":
             delay = float(req.query.get("delay", self.default_delay))
         elif req.path == "/fast":
@@ -204,6 +208,41 @@ class SlowServer(Background):
             req.disconnected = time.monotonic()
             self._notify()
             return False
+        req.answered = time.monotonic()
+        self._notify()
+        return True
+
+    async def _trickle(
+        self, req: ServedRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        chunks = int(req.query.get("chunks", "10"))
+        interval = float(req.query.get("interval", "0.01"))
+        stall_after = int(req.query.get("stall_after", "-1"))
+        stall = float(req.query.get("stall", "inf"))
+        req.status = 200
+        eof = asyncio.ensure_future(reader.read(1))
+        try:
+            writer.write(
+                b"HTTP/1.1 200 X\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            for i in range(chunks):
+                wait = interval + (stall if i == stall_after else 0.0)
+                done, _ = await asyncio.wait({eof}, timeout=None if wait == float("inf") else wait)
+                if done:  # the client left
+                    req.disconnected = time.monotonic()
+                    self._notify()
+                    return False
+                data = f"chunk {i}\n".encode()
+                writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        except ConnectionError:
+            req.disconnected = time.monotonic()
+            self._notify()
+            return False
+        finally:
+            eof.cancel()
         req.answered = time.monotonic()
         self._notify()
         return True

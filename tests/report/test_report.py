@@ -26,7 +26,7 @@ def test_format_report_has_the_summary_and_one_row_per_step(trace_file: Path) ->
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line[:6].strip()}
     assert rows["fetch"][:3] == ["fetch", "node", "13"]
     assert rows["fetch"][-2:] == [">=990", "(10)"]  # one fetch was cut at 900 ms
-    assert rows["audit"][-4:] == ["100%", "1", ">=150", "(0)"]
+    assert rows["audit"][-5:] == ["100%", "1", "0", ">=150", "(0)"]  # abandoned 1, stalled 0
     assert "hedged" not in text  # nothing was
 
 
