@@ -196,10 +196,12 @@ class Cut:
     ) -> bool:
         task, self._task = self._task, None
         self._sent = None
-        if self._handle is not None:
+        if self._handle is not None:  # (it holds `self.cancel`: let go of it, no cycle left)
             self._handle.cancel()
+            self._handle = None
         if self._again is not None:
             self._again.cancel()
+            self._again = None
         if not self.fired or task is None:
             return False
         for _ in range(self._calls):
@@ -210,6 +212,11 @@ class Cut:
             and task.cancelling() <= self._cancelling
         ):
             self.caught = True  # ours alone: nobody else asked the task to stop
+            if exc is not None:
+                # Swallowed here, so nobody reads its traceback; its frames (the body's, and
+                # those of a library that kept it in a local: LangChain's `BaseTool.arun`) would
+                # hold it in a cycle with whatever they hold, for the cyclic collector to find.
+                exc.__traceback__ = None
             return True
         return False
 
