@@ -24,7 +24,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "fallback": fallback.run,
     "hedge": hedge.run,
 }
-DRAWN = frozenset({"learned"})
+DRAWN = frozenset({"learned", "overshoot"})
 """The benchmarks that draw a figure (`--plots DIR`: DIR/benchmarks-NAME.png)."""
 
 
