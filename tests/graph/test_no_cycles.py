@@ -53,14 +53,13 @@ async def _step(state: State) -> dict[str, int]:
 
 
 def _chain(node: Any) -> Any:
+    """START -> a -> b -> c -> END, each node running `node`."""
     builder = StateGraph(State)
-    builder.add_node("a", node)
-    builder.add_node("b", node)
-    builder.add_node("c", node)
-    builder.add_edge(START, "a")
-    builder.add_edge("a", "b")
-    builder.add_edge("b", "c")
-    builder.add_edge("c", END)
+    names = ("a", "b", "c")
+    for name in names:
+        builder.add_node(name, node)
+    for before, after in zip((START, *names), (*names, END), strict=True):
+        builder.add_edge(before, after)
     return builder
 
 
