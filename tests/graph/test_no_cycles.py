@@ -77,15 +77,17 @@ def _ours(obj: object) -> bool:
 @pytest.fixture
 def garbage() -> Iterator[Callable[[], list[str]]]:
     """Collects first, then keeps what later collections find; call it to collect and see
-    what of ours was found."""
+    what of ours the test's own work left: objects alive before it began (another test's,
+    let go of meanwhile) are not counted."""
     gc.collect()
+    before = {id(obj) for obj in gc.get_objects()}
     gc.set_debug(gc.DEBUG_SAVEALL)
 
     def ours() -> list[str]:
         gc.collect()
-        found = sorted({_name(obj) for obj in gc.garbage if _ours(obj)})
+        found = {_name(obj) for obj in gc.garbage if id(obj) not in before and _ours(obj)}
         gc.garbage.clear()
-        return found
+        return sorted(found)
 
     try:
         yield ours
