@@ -36,7 +36,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "hedge": hedge.run,
     "stall": stall.run,
 }
-DRAWN = frozenset({"learned"})
+DRAWN = frozenset({"learned", "overshoot"})
 """The benchmarks that draw a figure (`--plots DIR`: DIR/benchmarks-NAME.png)."""
 
 

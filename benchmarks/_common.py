@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import os
 import platform
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,7 @@ __all__ = [
     "BenchState",
     "Builder",
     "Check",
+    "GcMeter",
     "Section",
     "Table",
     "linear_graph",
@@ -85,6 +88,38 @@ def percentile(values: Sequence[float], p: float) -> float:
     low = math.floor(rank)
     high = math.ceil(rank)
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+class GcMeter:
+    """What the cyclic garbage collector took while the block ran (`gc.callbacks`): its
+    collections, the full ones (generation 2) among them, and the CPU seconds they took (process
+    time: on a loaded machine the wall time of a collection also counts the other processes)."""
+
+    __slots__ = ("_started", "collections", "full", "seconds")
+
+    def __init__(self) -> None:
+        self.collections = 0
+        self.full = 0
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+            return
+        self.collections += 1
+        self.full += info["generation"] == 2
+        self.seconds += time.process_time() - self._started
+
+    def __enter__(self) -> GcMeter:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def text(self) -> str:
+        return f"{self.collections} ({self.full} full), {self.seconds * 1000:.0f} ms"
 
 
 # -- results --------------------------------------------------------------------------------------

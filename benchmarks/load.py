@@ -8,11 +8,17 @@
 - Many at once: `MANY` concurrent wrapped runs must all end `completed`, with no error.
 - Already late: a run whose deadline passed before it started must cost little CPU (it does no
   node work: it ends `deadline_exceeded` at its first node).
+- Left for the cyclic collector: with the collector off, `LEFT_RUNS` runs that complete, then
+  `LEFT_RUNS` runs cut at a `CUT_DEADLINE` in their first node (3 hanging nodes; the floor is
+  `asyncio.timeout` around the bare graph), then one collection: the objects it finds
+  unreachable (in reference cycles, which reference counting cannot free), per run. Each one is
+  work for every collection until then, and a full one also walks every live run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import time
 import tracemalloc
@@ -29,9 +35,17 @@ NODES = 3
 TARGET_CPU_RATIO = 1.10
 TARGET_EXTRA_KIB = 4.0
 TARGET_LATE_MS = 0.3
+TARGET_LEFT_EXTRA = 0.0  # objects per run left for the cyclic collector beyond LangGraph's own
+LEFT_RUNS = 200
+CUT_DEADLINE = 0.05
 
 
 async def _node(state: BenchState) -> dict[str, int]:
+    return {"n": state["n"] + 1}
+
+
+async def _hang(state: BenchState) -> dict[str, int]:
+    await asyncio.sleep(3600.0)
     return {"n": state["n"] + 1}
 
 
@@ -61,6 +75,23 @@ def _peak_per_run(call: Callable[[], Awaitable[Any]], runs: int) -> float:
     finally:
         tracemalloc.stop()
     return peak / runs
+
+
+def _left_for_gc(call: Callable[[], Awaitable[Any]], runs: int) -> float:
+    """Objects per run that only the cyclic collector can free, after `runs` concurrent runs."""
+
+    async def burst() -> int:
+        await _burst(call, 5)  # warm: what the first runs create once
+        gc.collect()
+        gc.disable()
+        try:
+            results = await _burst(call, runs)
+            del results
+            return gc.collect()
+        finally:
+            gc.enable()
+
+    return asyncio.run(burst()) / runs
 
 
 def run(*, quick: bool = False) -> Section:
@@ -111,6 +142,23 @@ def run(*, quick: bool = False) -> Section:
     if late_result["deadline_outcome"].terminal is not Terminal.DEADLINE_EXCEEDED:
         raise AssertionError(f"a late run did not end deadline_exceeded: {late_result!r}")
 
+    hanging = linear_graph(_hang, NODES)
+    bare_hanging = hanging.compile()
+    wrapped_hanging = with_deadlines(hanging, timeout=CUT_DEADLINE)
+
+    async def call_floor() -> Any:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CUT_DEADLINE):
+                return await bare_hanging.ainvoke({"n": 0})
+
+    async def call_cut() -> Any:
+        return await wrapped_hanging.ainvoke({"n": 0})
+
+    left = {
+        "run": (_left_for_gc(call_bare, LEFT_RUNS), _left_for_gc(call_wrapped, LEFT_RUNS)),
+        "cut": (_left_for_gc(call_floor, LEFT_RUNS), _left_for_gc(call_cut, LEFT_RUNS)),
+    }
+
     table = Table(
         f"Load: bursts of {burst} concurrent runs of a {NODES}-node graph ({rounds} rounds)",
         ("figure", "bare", "with_deadlines", "ratio / extra"),
@@ -129,9 +177,23 @@ def run(*, quick: bool = False) -> Section:
     )
     table.add(f"{many} concurrent runs", "-", f"{completed} completed", f"{errors} errors")
     table.add("CPU of a run already past its deadline, ms", "-", f"{late_cpu:.3f}", "-")
+    for what, label in (("run", "a run that completes"), ("cut", "a run cut at its deadline")):
+        base, ours = left[what]
+        table.add(
+            f"objects left for the cyclic collector, {label}",
+            f"{base:.1f}",
+            f"{ours:.1f}",
+            f"{ours - base:+.1f}",
+        )
     table.notes.append(
         "CPU is process time (both cores' work in this process), divided by the runs of a "
         "burst; memory is tracemalloc's peak while the whole burst is alive"
+    )
+    table.notes.append(
+        f"objects left for the cyclic collector: per run, over {LEFT_RUNS} concurrent runs with "
+        "the collector off, what one collection then finds unreachable; a cut run's "
+        f"deadline is {CUT_DEADLINE:g} s, its bare column the floor (asyncio.timeout around "
+        "the bare graph)"
     )
     section = Section(tables=[table])
     section.figures += [
@@ -139,11 +201,28 @@ def run(*, quick: bool = False) -> Section:
         ("load extra memory per run", f"{extra_kib:.1f} KiB"),
         (f"{many} concurrent runs", f"{completed} completed, {errors} errors"),
         ("CPU of a run already past its deadline", f"{late_cpu:.3f} ms"),
+        (
+            "objects left for the cyclic collector per run / per cut run [bare, floor]",
+            f"{left['run'][1]:.1f} / {left['cut'][1]:.1f} [{left['run'][0]:.1f}, "
+            f"{left['cut'][0]:.1f}]",
+        ),
     ]
     section.checks += [
         Check("load CPU per run ratio", cpu_ratio, TARGET_CPU_RATIO, "x"),
         Check("load extra memory per run", extra_kib, TARGET_EXTRA_KIB, " KiB"),
         Check(f"errors in {many} concurrent runs", float(errors + (many - completed)), 0.0, ""),
         Check("CPU of an already-late run", late_cpu, TARGET_LATE_MS, " ms"),
+        Check(
+            "extra objects left for the cyclic collector per run",
+            left["run"][1] - left["run"][0],
+            TARGET_LEFT_EXTRA,
+            "",
+        ),
+        Check(
+            "extra objects left for the cyclic collector per cut run",
+            left["cut"][1] - left["cut"][0],
+            TARGET_LEFT_EXTRA,
+            "",
+        ),
     ]
     return section

@@ -1,18 +1,27 @@
 """Overshoot: how late a run returns after its deadline when every node hangs.
 
-`RUNS` runs start at once (`asyncio.gather`) on one event loop, each on a 3-node graph whose nodes
-never finish on their own, each with a `DEADLINE` of 0.5 s. A run's overshoot is
-`time.monotonic()` when its `ainvoke` returns (or raises) minus its deadline instant, taken as the
-instant the run was called plus `DEADLINE`: the library sets its own deadline a few µs after that
-call, so the figure errs (by those µs) on the late side.
+N runs start at once (`asyncio.gather`) on one event loop, each on a 3-node graph whose nodes
+never finish on their own, each with a `DEADLINE` of 0.5 s: the outage case, where a backend
+hangs and every run in flight reaches its deadline in the same few milliseconds. N is `RUNS`
+(200), then each of `MANY` (1,000 and 3,000), where the loop is saturated when the deadlines
+come. A run's overshoot is `time.monotonic()` when its `ainvoke` returns (or raises) minus its
+deadline instant, taken as the instant the run was called plus `DEADLINE`: the library sets its
+own deadline a few µs after that call, so the figure errs (by those µs) on the late side.
 
 - with_deadlines: the graph wrapped with `with_deadlines(builder, timeout=DEADLINE)`; every run
   must end with a `deadline_exceeded` outcome.
-- naive per-node: the bare graph, every node wrapping its work in
+- budgeted nodes: the bare graph, every node `budgeted(fn)`, the deadline given with
+  `deadline_input(DEADLINE)` (no run-level wrapper): LangGraph ends the run with `GraphDrained`.
+- swallowing nodes: `with_deadlines`, every node swallowing its first cancellation and hanging
+  again: the cut cancels it again after its grace (`GRACE`), by design about that much late.
+- naive per-node (200 only): the bare graph, every node wrapping its work in
   `asyncio.wait_for(..., DEADLINE)` and carrying on when it times out. Each node gets a fresh
   0.5 s, so the run ends after about 3 x 0.5 s: about one second past the request's deadline.
-- ref, one outer timeout: the bare graph under `asyncio.timeout(DEADLINE)`: the event loop's own
-  cancellation floor. It raises `TimeoutError` and the caller gets no state and no outcome.
+- floor, one outer timeout: the bare graph under `asyncio.timeout(DEADLINE)`: the event loop's
+  own cancellation floor. It raises `TimeoutError` and the caller gets no state and no outcome.
+
+The variants take turns, batch by batch, in one process; beside each: the process CPU time per
+run of its batches and what the cyclic garbage collector took during them (`gc.callbacks`).
 """
 
 from __future__ import annotations
@@ -22,22 +31,35 @@ import contextlib
 import gc
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from langgraph_deadline import Outcome, Terminal, with_deadlines
+from langgraph_deadline import Outcome, Terminal, budgeted, deadline_input, with_deadlines
+from langgraph_deadline._core.cut import GRACE
 
-from ._common import BenchState, Check, Section, Table, linear_graph, median, percentile
+from ._common import BenchState, Check, GcMeter, Section, Table, linear_graph, median, percentile
 
-__all__ = ["DEADLINE", "NODES", "RUNS", "run"]
+__all__ = ["DEADLINE", "MANY", "NODES", "RUNS", "run"]
 
 RUNS = 200
+MANY = (1000, 3000)
 NODES = 3
 DEADLINE = 0.5
 TARGET_P99_MS = 0.0  # steps clamped by the deadline hand over before it
+TARGET_P50_OVER_FLOOR_MS = 10.0  # at MANY: p50 within this of the floor's
+TARGET_P99_RATIO = 1.5  # at MANY: p99 at most this times the floor's
 HANG = 3600.0
 
 
 async def _hanging_node(state: BenchState) -> dict[str, int]:
+    await asyncio.sleep(HANG)
+    return {"n": state["n"] + 1}
+
+
+async def _swallowing_node(state: BenchState) -> dict[str, int]:
+    with contextlib.suppress(asyncio.CancelledError):  # what a careless library does
+        await asyncio.sleep(HANG)
     await asyncio.sleep(HANG)
     return {"n": state["n"] + 1}
 
@@ -60,30 +82,51 @@ def _ends_as(result: Any) -> str:
     return type(result).__name__
 
 
-async def _batch(call: Callable[[], Awaitable[Any]]) -> tuple[list[float], dict[str, int]]:
-    """`RUNS` concurrent runs; each one's overshoot in ms, and how the runs ended."""
+@dataclass
+class _Tally:
+    """One variant at one concurrency, over its batches."""
+
+    late: list[float] = field(default_factory=list)
+    endings: dict[str, int] = field(default_factory=dict)
+    cpu: float = 0.0
+    gc: GcMeter = field(default_factory=GcMeter)
+
+
+async def _batch(call: Callable[[], Awaitable[Any]], runs: int, tally: _Tally) -> None:
+    """`runs` concurrent runs; each one's overshoot in ms and how it ended, into `tally`."""
 
     async def one() -> tuple[float, str]:
         started = time.monotonic()
         try:
             result: Any = await call()
-        except Exception as exc:  # the outer-timeout reference raises TimeoutError
+        except Exception as exc:  # the outer-timeout floor raises TimeoutError
             result = exc
         returned = time.monotonic()
         return (returned - (started + DEADLINE)) * 1000.0, _ends_as(result)
 
-    results = await asyncio.gather(*(one() for _ in range(RUNS)))
-    endings: dict[str, int] = {}
-    for _, ending in results:
-        endings[ending] = endings.get(ending, 0) + 1
-    return [late for late, _ in results], endings
+    gc.collect()
+    cpu = time.process_time()
+    with tally.gc:
+        results = await asyncio.gather(*(one() for _ in range(runs)))
+    tally.cpu += time.process_time() - cpu
+    for late, ending in results:
+        tally.late.append(late)
+        tally.endings[ending] = tally.endings.get(ending, 0) + 1
 
 
-def run(*, quick: bool) -> Section:
-    """Measure overshoot; `quick` does one batch of each variant, the full run three."""
-    rounds = 1 if quick else 3
+@dataclass(frozen=True)
+class _Variant:
+    label: str
+    call: Callable[[], Awaitable[Any]]
+    ends_as: str
+    at: tuple[int, ...]  # the concurrencies it runs at
+
+
+def _variants() -> dict[str, _Variant]:
     hanging = linear_graph(_hanging_node, NODES)
     wrapped = with_deadlines(hanging, timeout=DEADLINE)
+    functions = linear_graph(budgeted(_hanging_node), NODES).compile()
+    swallowing = with_deadlines(linear_graph(_swallowing_node, NODES), timeout=DEADLINE)
     naive = linear_graph(_naive_node, NODES).compile()
     bare_hanging = hanging.compile()
 
@@ -91,69 +134,140 @@ def run(*, quick: bool) -> Section:
         async with asyncio.timeout(DEADLINE):
             return await bare_hanging.ainvoke({"n": 0})
 
-    variants: dict[str, tuple[str, Callable[[], Awaitable[Any]], str]] = {
-        "wrapped": (
+    every = (RUNS, *MANY)
+    exceeded = str(Terminal.DEADLINE_EXCEEDED)
+    return {
+        "wrapped": _Variant(
             f"with_deadlines(builder, timeout={DEADLINE:g}).ainvoke",
             lambda: wrapped.ainvoke({"n": 0}),
-            str(Terminal.DEADLINE_EXCEEDED),
+            exceeded,
+            every,
         ),
-        "naive": (
+        "budgeted": _Variant(
+            "budgeted nodes: add_node(budgeted(fn)) + deadline_input",
+            lambda: functions.ainvoke({"n": 0, **deadline_input(DEADLINE)}),
+            "GraphDrained",
+            every,
+        ),
+        "swallowing": _Variant(
+            f"with_deadlines, nodes that swallow a cancellation (grace {GRACE:g} s)",
+            lambda: swallowing.ainvoke({"n": 0}),
+            exceeded,
+            (RUNS, MANY[0]),
+        ),
+        "naive": _Variant(
             f"naive: asyncio.wait_for(..., {DEADLINE:g}) in each node",
             lambda: naive.ainvoke({"n": 0}),
             f"state, n={NODES}",
+            (RUNS,),
         ),
-        "outer": (
-            f"ref: asyncio.timeout({DEADLINE:g}) around bare ainvoke",
+        "outer": _Variant(
+            f"floor: asyncio.timeout({DEADLINE:g}) around bare ainvoke",
             outer_timeout,
             "TimeoutError",
+            every,
         ),
     }
 
-    async def measure() -> tuple[dict[str, list[float]], dict[str, dict[str, int]]]:
-        late: dict[str, list[float]] = {name: [] for name in variants}
-        endings: dict[str, dict[str, int]] = {name: {} for name in variants}
-        for _ in range(rounds):
-            for name, (_, call, _) in variants.items():
-                gc.collect()
-                samples, ended = await _batch(call)
-                late[name] += samples
-                for key, count in ended.items():
-                    endings[name][key] = endings[name].get(key, 0) + count
-        return late, endings
 
-    late, endings = asyncio.run(measure())
+def run(*, quick: bool, plot: Path | None = None) -> Section:
+    """Measure overshoot; `quick` does one batch of each variant at each concurrency, the full
+    run three at 200 and two at the larger ones."""
+    variants = _variants()
+    rounds = {RUNS: 1 if quick else 3, **{n: 1 if quick else 2 for n in MANY}}
 
-    table = Table(
-        f"Overshoot: {RUNS} concurrent runs x {rounds} round(s), {NODES} hanging nodes, "
-        f"{DEADLINE:g} s deadline",
-        ("variant", "runs", "p50 ms", "p99 ms", "max ms", "ends as"),
-    )
-    for name, (label, _, expected) in variants.items():
-        values = late[name]
-        ended = endings[name]
-        if set(ended) != {expected}:
-            raise AssertionError(f"{label}: expected every run to end as {expected!r}, got {ended}")
-        table.add(
-            label,
-            str(len(values)),
-            f"{percentile(values, 50):.2f}",
-            f"{percentile(values, 99):.2f}",
-            f"{max(values):.2f}",
-            ", ".join(f"{k} x{v}" for k, v in sorted(ended.items())),
+    async def measure() -> dict[tuple[str, int], _Tally]:
+        tallies: dict[tuple[str, int], _Tally] = {}
+        for runs in (RUNS, *MANY):
+            names = [name for name, v in variants.items() if runs in v.at]
+            for i in range(rounds[runs]):
+                for name in names if i % 2 == 0 else reversed(names):
+                    tally = tallies.setdefault((name, runs), _Tally())
+                    await _batch(variants[name].call, runs, tally)
+        return tallies
+
+    tallies = asyncio.run(measure())
+
+    section = Section()
+    for runs in (RUNS, *MANY):
+        table = Table(
+            f"Overshoot: {runs} concurrent runs x {rounds[runs]} round(s), {NODES} hanging "
+            f"nodes, {DEADLINE:g} s deadline",
+            ("variant", "runs", "p50 ms", "p99 ms", "max ms", "CPU ms/run", "GC", "ends as"),
         )
-    table.notes.append("overshoot = time.monotonic() at return - (call instant + deadline)")
-    p99 = percentile(late["wrapped"], 99)
-    naive_p50 = median(late["naive"])
+        for name, variant in variants.items():
+            if runs not in variant.at:
+                continue
+            tally = tallies[name, runs]
+            if set(tally.endings) != {variant.ends_as}:
+                raise AssertionError(
+                    f"{variant.label}: expected every run to end as {variant.ends_as!r}, "
+                    f"got {tally.endings}"
+                )
+            table.add(
+                variant.label,
+                str(len(tally.late)),
+                f"{percentile(tally.late, 50):.2f}",
+                f"{percentile(tally.late, 99):.2f}",
+                f"{max(tally.late):.2f}",
+                f"{tally.cpu / len(tally.late) * 1000:.3f}",
+                tally.gc.text(),
+                ", ".join(f"{k} x{v}" for k, v in sorted(tally.endings.items())),
+            )
+        section.tables.append(table)
+    first = section.tables[0]
+    first.notes.append("overshoot = time.monotonic() at return - (call instant + deadline)")
+    naive_p50 = median(tallies["naive", RUNS].late)
     floor = (NODES - 1) * DEADLINE * 1000.0
-    table.notes.append(
+    first.notes.append(
         f"naive per-node timeouts: each of the {NODES} nodes gets a fresh {DEADLINE:g} s, so a "
         f"run returns at least {floor:.0f} ms late; the {naive_p50 - floor:.0f} ms more at p50 "
         f"is queueing on the one event loop that all {RUNS} runs share"
     )
-    section = Section(tables=[table])
-    section.figures.append(("overshoot p50 / p99, with_deadlines", _pair(late["wrapped"])))
-    section.figures.append(("overshoot p50 / p99, naive per-node", _pair(late["naive"])))
-    section.checks.append(Check("with_deadlines overshoot p99", p99, TARGET_P99_MS, " ms"))
+    first.notes.append(
+        "GC: the cyclic collector's collections (full ones: generation 2) and the time they "
+        "took, over the variant's batches; CPU: process time of its batches per run"
+    )
+
+    wrapped = tallies["wrapped", RUNS].late
+    section.figures.append(("overshoot p50 / p99, with_deadlines", _pair(wrapped)))
+    section.figures.append(
+        ("overshoot p50 / p99, naive per-node", _pair(tallies["naive", RUNS].late))
+    )
+    section.checks.append(
+        Check("with_deadlines overshoot p99", percentile(wrapped, 99), TARGET_P99_MS, " ms")
+    )
+    for runs in MANY:
+        ours, base = tallies["wrapped", runs], tallies["outer", runs]
+        p50_over = percentile(ours.late, 50) - percentile(base.late, 50)
+        p99_ratio = percentile(ours.late, 99) / max(percentile(base.late, 99), 1.0)
+        cpu_ratio = ours.cpu / base.cpu
+        section.figures.append(
+            (
+                f"overshoot p50 / p99 at {runs}, with_deadlines [floor]",
+                f"{_pair(ours.late)} [{_pair(base.late)}], CPU {cpu_ratio:.2f}x, "
+                f"GC {ours.gc.text()} [{base.gc.text()}]",
+            )
+        )
+        section.checks += [
+            Check(f"p50 over the floor's at {runs}", p50_over, TARGET_P50_OVER_FLOOR_MS, " ms"),
+            Check(f"p99 / the floor's at {runs}", p99_ratio, TARGET_P99_RATIO, "x"),
+        ]
+    if plot is not None:
+        from .overshoot_plot import write
+
+        short = {"outer": "floor (asyncio.timeout)", "wrapped": "with_deadlines"}
+        short["budgeted"] = "budgeted nodes"
+        points = {
+            short[name]: [
+                (runs, percentile(t.late, 50), percentile(t.late, 99))
+                for (n, runs), t in sorted(tallies.items(), key=lambda kv: kv[0][1])
+                if n == name
+            ]
+            for name in short
+        }
+        write(plot, points, deadline=DEADLINE, nodes=NODES)
+        first.notes.append(f"figure: {plot}")
     return section
 
 

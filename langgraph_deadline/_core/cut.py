@@ -155,7 +155,10 @@ class Cut:
         # awaits another task (LangChain runs a tool's coroutine in one) would cancel that
         # task's shielded clean-up. Nor while the cancellation would land where anyio's would
         # not (`_reachable`): in a shielded scope of a task the body awaits, or on a task about
-        # to wake with a result.
+        # to wake with a result. Nor, the first time either, while the body awaits a task that
+        # has not started (`_started`): LangGraph unwinds a run's loop (its exit stack) in a task
+        # of its own, which, cancelled before it runs, never does; the run's loop is left in a
+        # cycle for the garbage collector. It is cancelled at the next iteration, started.
         self._again = None
         task = self._task
         if task is None:
@@ -175,9 +178,10 @@ class Cut:
         if not _shielded(task, self._outer):
             waiter = getattr(task, "_fut_waiter", None)
             if (
-                not self._grace_ends
-                or (waiter is not None and waiter is not self._sent and _started(waiter))
-            ) and _reachable(waiter, self._outer):
+                (not self._grace_ends or (waiter is not None and waiter is not self._sent))
+                and _started(waiter)
+                and _reachable(waiter, self._outer)
+            ):
                 if not self._grace_ends:
                     self._grace_ends = loop.time() + GRACE
                 self._calls += 1
@@ -196,10 +200,12 @@ class Cut:
     ) -> bool:
         task, self._task = self._task, None
         self._sent = None
-        if self._handle is not None:
+        if self._handle is not None:  # (it holds `self.cancel`: let go of it, no cycle left)
             self._handle.cancel()
+            self._handle = None
         if self._again is not None:
             self._again.cancel()
+            self._again = None
         if not self.fired or task is None:
             return False
         for _ in range(self._calls):
@@ -210,6 +216,11 @@ class Cut:
             and task.cancelling() <= self._cancelling
         ):
             self.caught = True  # ours alone: nobody else asked the task to stop
+            if exc is not None:
+                # Swallowed here, so nobody reads its traceback; its frames (the body's, and
+                # those of a library that kept it in a local: LangChain's `BaseTool.arun`) would
+                # hold it in a cycle with whatever they hold, for the cyclic collector to find.
+                exc.__traceback__ = None
             return True
         return False
 

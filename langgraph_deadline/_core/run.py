@@ -113,6 +113,10 @@ class StepRun(StepGuard):
             super().__exit__(exc_type, exc, tb)
         except BaseException as own:  # the guard's cut, as `DeadlineExceeded` or the caller's
             if self._ended(own):
+                # Kept in the result: without the frames it was raised through (ours, which hold
+                # this block, which holds the result) nor the cancellation it replaced (whose
+                # frames hold the body's), so that reference counting frees a cut step.
+                own.__traceback__ = own.__context__ = None
                 return True
             raise
         if exc is None:

@@ -269,6 +269,29 @@ async def test_a_task_the_body_awaits_is_cancelled_once_and_its_clean_up_runs() 
     assert cleaned == [True, False]
 
 
+async def test_a_task_the_body_awaits_starts_before_the_first_cancellation_reaches_it() -> None:
+    # LangGraph unwinds a run's loop (its exit stack) in a task it awaits at once: cancelled
+    # before its first step, that task never runs, and the loop is left in a reference cycle
+    # for the garbage collector (the run's backstop, in a saturated loop, came at that moment).
+    ran = []
+
+    async def unwind() -> None:
+        ran.append("started")
+        try:
+            await asyncio.sleep(10)
+        finally:
+            ran.append("finished")
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    with Cut(loop, task) as cut:
+        loop.call_soon(cut.cancel)  # due before the awaited task's first step
+        await asyncio.create_task(unwind())
+    assert cut.caught
+    assert ran == ["started", "finished"]
+
+
 async def test_a_cut_waits_while_a_task_the_body_awaits_is_inside_a_shield() -> None:
     # The task a tool's coroutine runs in is the body too: httpcore takes a new connection's
     # lock inside a shield, and a request cancelled there leaves the connection NEW in the pool,
