@@ -34,6 +34,7 @@ from .._core.records import Outcome, StepRecord, Terminal
 from .._core.rules import StepRule
 from .._core.run import run_async, run_sync
 from .._core.validate import show
+from .._graph.following import found_book
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state, fresh_run_update
 from .._learn.book import LatencyBook
@@ -66,7 +67,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       the request `timeout`. With `tokens_per_second`, `max_tokens` is cut to what fits; given
       `learned(book)`, the model's time to first token and output rate are learned per model
       id from its streamed calls, and `max_tokens` is what fits after a slow first token at a
-      slow day's rate (your own `max_tokens` stays the most).
+      slow day's rate (your own `max_tokens` stays the most). Without `tokens_per_second`, a
+      book attached to the agent (`latency_book`, the book of a learned tool cap, or the run's
+      under `with_deadlines(book=)`) does the same by default, as for `budgeted_model`: its
+      p90 once it holds 10 streamed calls of the model (`learned_max_tokens=False`: off).
     - Below `model_min_viable` no model call starts. Whether a call was skipped or cut, the agent
       ends with a final assistant message saying the time ran out and listing what the tools
       had found (a cut call's streamed text first, marked as cut short; `partial_answer=False`
@@ -105,8 +109,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             fit (`reserve >= timeout`, `model_min_viable` above `timeout` less `reserve`, or
             above `model_cap`);
             `fallback_models` empty, holding a non-model or two models of one name;
-            `latency_book` without `fallback_models` or `budget_note`; `fallback_quantile`
-            outside (0, 1); `budget_note` not a bool.
+            `latency_book` not a `LatencyBook`; `fallback_quantile` outside (0, 1);
+            `budget_note` or `learned_max_tokens` not a bool.
         ValueError: at the agent's first model call, `tool_caps` naming a tool the agent
             does not have (the tools are known only then).
     """
@@ -128,9 +132,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         latency_book: LatencyBook | None = None,
         fallback_quantile: float = 0.9,
         budget_note: bool = False,
+        learned_max_tokens: bool = True,
     ) -> None:
         super().__init__()
-        book = _book_for_note(latency_book, fallback_models, budget_note)
+        book = _attached(latency_book, tool_caps, default_tool_cap)
         fallbacks = fallbacks_of(
             fallback_models,
             label="fallback_models",
@@ -154,6 +159,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             fallbacks=fallbacks,
             budget_note=budget_note,
             book=book,
+            learned_max_tokens=learned_max_tokens,
         )
         self.tools = []
 
@@ -194,6 +200,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     @property
     def budget_note(self) -> bool:
         return self.settings.budget_note
+
+    @property
+    def learned_max_tokens(self) -> bool:
+        return self.settings.learned_max_tokens
 
     @property
     def fallback_models(self) -> tuple[str, ...]:
@@ -363,17 +373,16 @@ def _ended(
     return gave_up(request.state, skipped(model_plan(settings, request.state, sync=False)))
 
 
-def _book_for_note(
-    book: object, fallback_models: object, budget_note: object
+def _attached(
+    book: object,
+    tool_caps: Mapping[str, float | StepRule | None] | None,
+    default_tool_cap: float | StepRule | None,
 ) -> LatencyBook | None:
-    """`latency_book` checked: a book, read to choose a fallback or for the budget note."""
-    if book is None:
-        return None
-    if not isinstance(book, LatencyBook):
+    """The book attached to the agent: `latency_book` (checked), else the book of a learned
+    tool cap (a user who wrote `learned(book)` for a tool has attached it)."""
+    if book is not None and not isinstance(book, LatencyBook):
         raise TypeError(f"latency_book must be a LatencyBook or None, got {show(book)}")
-    if fallback_models is None and budget_note is not True:
-        raise ValueError(
-            "latency_book is read to choose a fallback and for the budget note: "
-            "give fallback_models or budget_note=True too"
-        )
-    return book
+    if book is None:
+        caps = dict(tool_caps) if isinstance(tool_caps, Mapping) else {}
+        book = found_book(caps, {"": default_tool_cap})
+    return book if isinstance(book, LatencyBook) else None

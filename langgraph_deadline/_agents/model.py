@@ -49,7 +49,7 @@ from .._graph.streams import stopping_streams
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
 from .provider import Rate, call_options, check_rate, model_id
-from .timing import StreamTiming, run_rate, timing_for
+from .timing import StreamTiming, book_rate, timing_for
 
 __all__ = [
     "METADATA_KEY",
@@ -447,7 +447,8 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         if any. (Its stream stops past the cut through `stopping_streams`.)"""
         choice, plan = self._chain[chosen.at], chosen.plan
         model = choice.model
-        rate = run_rate(choice.rate, run_from_config(cfg))  # the run's book's, by default
+        run = run_from_config(cfg)
+        rate = book_rate(choice.rate, None if run is None else run.book)  # by default
         options = call_options(model, plan.budget, kwargs, tokens_per_second=rate)
         timing = timing_for(model, rate)
         call_cfg = cfg if timing is None else merge_configs(cfg, {"callbacks": [timing]})

@@ -81,5 +81,5 @@ def test_bad_note_settings_are_refused_naming_the_argument() -> None:
         DeadlineMiddleware(budget_note=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="latency_book must be a LatencyBook"):
         DeadlineMiddleware(budget_note=True, latency_book={})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="give fallback_models or budget_note=True"):
-        DeadlineMiddleware(latency_book=LatencyBook(listen=False))
+    with pytest.raises(TypeError, match="learned_max_tokens must be a bool"):
+        DeadlineMiddleware(latency_book=LatencyBook(listen=False), learned_max_tokens=1)  # type: ignore[arg-type]

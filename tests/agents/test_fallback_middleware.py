@@ -199,8 +199,6 @@ def test_bad_fallback_settings_are_refused_when_made_naming_the_argument() -> No
         DeadlineMiddleware(fallback_models=[fast, fast])
     with pytest.raises(ValueError, match=r"fallback_models\[0\] is named 'model'"):
         DeadlineMiddleware(fallback_models=[budgeted_model(fast, name="model")])
-    with pytest.raises(ValueError, match="latency_book is read to choose a fallback"):
-        DeadlineMiddleware(latency_book=LatencyBook(listen=False))
     with pytest.raises(ValueError, match="fallback_quantile must be in"):
         DeadlineMiddleware(fallback_models=[fast], fallback_quantile=0.0)
     with pytest.raises(TypeError, match=r"fallback_models\[0\] must be a chat model"):

@@ -174,6 +174,67 @@ async def test_an_agent_learns_its_model_and_its_answers_fit_the_time_left(
     assert isinstance(final, AIMessage) and final.response_metadata["finish_reason"] == "length"
 
 
+async def _deadline_run(agent: Any, server: FakeOpenAIServer, budget: float) -> dict[str, Any]:
+    t0 = time.monotonic()
+    out: dict[str, Any] = await agent.ainvoke(ask())
+    assert time.monotonic() - t0 < budget + 0.3
+    return out
+
+
+@pytest.mark.anyio
+async def test_an_agent_with_a_book_attached_sizes_its_answers_to_the_time_left_by_default(
+    counting: FakeOpenAIServer,
+) -> None:
+    book = LatencyBook(listen=False)
+    model = plain_chat(counting)
+    warm = create_agent(
+        model, [orders], middleware=[DeadlineMiddleware(timeout=60.0, latency_book=book)]
+    )
+    for _ in range(RUN_RATE["min_samples"]):  # short answers with time to spare: the rate
+        counting.enqueue(ChatReply.counting(12, chunk_interval=TICK))
+        await warm.ainvoke(ask())
+    assert counting.requests[-1].max_tokens is None  # cold until now
+    assert counting.requests[-1].stream  # timed: it streams
+    assert book.count("gpt-fake", PER_TOKEN) == RUN_RATE["min_samples"]
+
+    budget = 1.0  # a 400-token answer takes 8 s at this rate
+    # the book attached as the agent's (latency_book=), as a learned tool cap's, or as the run's
+    for agent in (
+        create_agent(
+            model, [orders], middleware=[DeadlineMiddleware(timeout=budget, latency_book=book)]
+        ),
+        create_agent(
+            model,
+            [orders],
+            middleware=[
+                DeadlineMiddleware(timeout=budget, tool_caps={"orders": learned(book, cap=5.0)})
+            ],
+        ),
+        with_deadlines(
+            create_agent(model, [orders], middleware=[DeadlineMiddleware()]),
+            timeout=budget,
+            book=book,
+        ),
+    ):
+        out = await _deadline_run(agent, counting, budget)
+        served = counting.requests[-1]
+        sent = served.max_tokens
+        assert sent is not None and 10 < sent < budget / TICK
+        # the server streamed that many tokens and ended the answer itself, before the deadline
+        assert len(served.chunk_times) == sent
+        assert served.disconnected is None and served.ended is not None
+        assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+        final = out["messages"][-1]
+        assert final.response_metadata["finish_reason"] == "length"
+        assert len(final.text.split()) == sent
+
+    # turned off: today's behaviour, no max_tokens, the answer is cut at the deadline
+    off = DeadlineMiddleware(timeout=budget, latency_book=book, learned_max_tokens=False)
+    out = await _deadline_run(create_agent(model, [orders], middleware=[off]), counting, budget)
+    assert counting.requests[-1].max_tokens is None
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+
+
 def test_a_bad_rate_is_refused_when_made_naming_the_argument(server: FakeOpenAIServer) -> None:
     with pytest.raises(TypeError, match="tokens_per_second must be a number or learned"):
         budgeted_model(openai_chat(server), tokens_per_second="fast")  # type: ignore[arg-type]
