@@ -71,6 +71,9 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       book attached to the agent (`latency_book`, the book of a learned tool cap, or the run's
       under `with_deadlines(book=)`) does the same by default, as for `budgeted_model`: its
       p90 once it holds 10 streamed calls of the model (`learned_max_tokens=False`: off).
+      When the budget sets `max_tokens`, the model is also told its length (a line at the end
+      of the system message, as for `budgeted_model`: it writes a shorter, whole answer rather
+      than being cut mid-sentence; `length_hint=False` leaves the system message as it is).
     - Below `model_min_viable` no model call starts. Whether a call was skipped or cut, the agent
       ends with a final assistant message saying the time ran out and listing what the tools
       had found (a cut call's streamed text first, marked as cut short; `partial_answer=False`
@@ -110,7 +113,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             above `model_cap`);
             `fallback_models` empty, holding a non-model or two models of one name;
             `latency_book` not a `LatencyBook`; `fallback_quantile` outside (0, 1);
-            `budget_note` or `learned_max_tokens` not a bool.
+            `budget_note`, `learned_max_tokens` or `length_hint` not a bool.
         ValueError: at the agent's first model call, `tool_caps` naming a tool the agent
             does not have (the tools are known only then).
     """
@@ -133,6 +136,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         fallback_quantile: float = 0.9,
         budget_note: bool = False,
         learned_max_tokens: bool = True,
+        length_hint: bool = True,
     ) -> None:
         super().__init__()
         book = _attached(latency_book, tool_caps, default_tool_cap)
@@ -160,6 +164,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             budget_note=budget_note,
             book=book,
             learned_max_tokens=learned_max_tokens,
+            length_hint=length_hint,
         )
         self.tools = []
 
@@ -204,6 +209,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     @property
     def learned_max_tokens(self) -> bool:
         return self.settings.learned_max_tokens
+
+    @property
+    def length_hint(self) -> bool:
+        return self.settings.length_hint
 
     @property
     def fallback_models(self) -> tuple[str, ...]:

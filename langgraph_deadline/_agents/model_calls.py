@@ -19,7 +19,7 @@ from .._graph.streams import PartialAnswer, callbacks_in_context, stopping_strea
 from .closing import give_up
 from .model import MIN_SAMPLES
 from .note import budget_note, tool_times, with_note
-from .provider import Rate, call_options
+from .provider import Rate, budget_tokens, call_options, length_hint, settings_max_tokens
 from .settings import MiddlewareSettings
 from .timing import StreamTiming, book_rate, timing_for
 
@@ -74,7 +74,7 @@ def with_budget(
 ) -> ModelRequest[Any]:
     """`request` with the budget in its model settings (`timeout`, `max_tokens`): never later
     than a `timeout` the request already has; with `budget_note`, the note in its system
-    message."""
+    message, and the length hint after it when the budget set `max_tokens`."""
     if settings.budget_note and plan.remaining is not None:
         times = tool_times(settings.book, request.tools, min_samples=MIN_SAMPLES)
         request = with_note(request, budget_note(plan.remaining, times))
@@ -84,6 +84,10 @@ def with_budget(
     )
     if not options:
         return request
+    if settings.length_hint:
+        tokens = budget_tokens(options, settings_max_tokens(request.model, model_settings))
+        if tokens is not None:
+            request = with_note(request, length_hint(tokens))
     return request.override(model_settings={**model_settings, **options})
 
 
