@@ -1,4 +1,5 @@
-"""What can still run after each node on the way to END, read once from a `StateGraph`'s edges.
+"""What can still run after each node on the way to END, read once from a `StateGraph`'s edges;
+for an `@entrypoint`'s tasks, from what followed each of them in its past runs (`PastFollowers`).
 
 From the builder's description, as LangGraph's own `validate` reads it: plain edges, joins
 (`add_edge([a, b], c)`: each of `a` and `b` leads to `c`), conditional edges (to the ends they
@@ -15,7 +16,8 @@ shapes) gets one path instead: every node reachable from it, each once.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import dataclasses
+from collections.abc import Collection, Iterable
 from typing import Any, Final
 
 from langgraph.constants import END, START
@@ -24,7 +26,7 @@ from langgraph.graph import StateGraph
 from .._core.follow import Following
 from .._core.rules import StepRule, Timings
 
-__all__ = ["found_book", "keeping_back", "paths_after"]
+__all__ = ["PastFollowers", "found_book", "keeping_back", "paths_after"]
 
 Path = tuple[str, ...]
 _MOST_PATHS: Final = 256
@@ -57,6 +59,65 @@ def paths_after(builder: StateGraph[Any, Any, Any, Any]) -> dict[str, tuple[Path
         for target in spec.ends or ():
             link(name, target)
     return {name: _paths(name, after) for name in sorted(nodes)}
+
+
+_TOUCHING: Final = 0.001  # a step that starts within 1 ms before another ends still follows it
+_MOST_STEPS: Final = 64  # the tasks of one run read (in the order they started)
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class PastFollowers:
+    """What followed each task of an entrypoint in its past runs, as its paths (see the module):
+    a task followed another in a run when it started after that one ended with none between
+    them (tasks called in parallel follow none of each other). Runs add what they saw (`learn`);
+    a task's paths are those of every run so far, joined (`paths`), the costliest one kept back
+    at its learned high quantile (`Following`). Kept by the wrapped entrypoint, in memory."""
+
+    after: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    _paths: dict[str, tuple[Path, ...]] = dataclasses.field(default_factory=dict)
+    _rules: dict[tuple[str, tuple[Path, ...]], Any] = dataclasses.field(default_factory=dict)
+
+    def learn(self, steps: Iterable[tuple[str, float, float]]) -> None:
+        """One run's tasks, each `(name, started, ended)` (seconds on one clock)."""
+        runs = sorted(steps, key=lambda s: s[1])[:_MOST_STEPS]
+        new = False
+        for name, _, ended in runs:
+            later = [s for s in runs if s[1] >= ended - _TOUCHING]
+            for other, started, _ in later:
+                if any(s[1] >= ended - _TOUCHING and s[2] <= started + _TOUCHING for s in later):
+                    continue  # another task ran between them: it follows that one
+                if other not in self.after.setdefault(name, set()):
+                    self.after[name].add(other)
+                    new = True
+            self.after.setdefault(name, set())
+        if new:
+            self._paths.clear()
+            self._rules.clear()
+
+    def paths(self, name: str) -> tuple[Path, ...]:
+        """The paths that followed task `name` in past runs (`()`: none, or never seen)."""
+        found = self._paths.get(name)
+        if found is None:
+            found = self._paths[name] = _paths(name, self.after)
+        return found
+
+    def cap(
+        self,
+        name: str,
+        cap: float | StepRule | None,
+        book: Timings,
+        floors: dict[str, float],
+    ) -> float | StepRule | None:
+        """Task `name`'s cap, keeping back what followed it in past runs (`keeping_back`): one
+        rule per task and paths, so that its pricing is kept between calls."""
+        paths = self.paths(name)
+        if not paths:
+            return cap
+        key = (name, paths)
+        rule = self._rules.get(key)
+        if rule is None:
+            rule = self._rules[key] = keeping_back(cap, paths, book, floors)
+        return rule
 
 
 def _paths(start: str, after: dict[str, set[str]]) -> tuple[Path, ...]:

@@ -30,7 +30,7 @@ from langgraph_deadline import (
     with_deadlines,
 )
 from langgraph_deadline._core.follow import HANDOFF_BETWEEN
-from langgraph_deadline._graph.following import paths_after
+from langgraph_deadline._graph.following import PastFollowers, paths_after
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall, SlowServer
 from tests.chat_models import openai_chat
 
@@ -424,3 +424,62 @@ async def test_an_entrypoint_that_lets_a_cut_task_raise_still_ends_in_deadline_e
     with pytest.raises(DeadlineExceeded) as caught:
         await graph.ainvoke(7, {"configurable": {"thread_id": "e2"}})
     assert caught.value.outcome is not None and caught.value.outcome.step == "_hangs"
+
+
+# -- the Functional API: what followed a task in past runs is kept back -----------------------
+
+
+@task
+async def _lookup(x: int) -> int:
+    await asyncio.sleep(0.02)
+    return x
+
+
+@task
+async def answer(x: int) -> int:  # named as the answer `_warm_book` knows
+    await asyncio.sleep(0.05)
+    return x
+
+
+@entrypoint(checkpointer=InMemorySaver())
+async def _plan_look_answer(x: int) -> int:
+    """Two lookups in parallel, then the answer."""
+    found = [_quick(x), _lookup(x)]
+    return await answer(sum([await f for f in found]))
+
+
+def test_what_followed_a_task_is_read_from_when_each_started_and_ended() -> None:
+    past = PastFollowers()
+    # plan, then a and b in parallel, then answer; a loop: model -> tools -> model
+    past.learn([("plan", 0.0, 0.1), ("a", 0.1, 0.3), ("b", 0.1, 0.5), ("answer", 0.5, 0.7)])
+    past.learn([("model", 0.0, 0.1), ("tools", 0.1, 0.2), ("model", 0.2, 0.3)])
+    assert past.paths("plan") == (("a", "answer"), ("b", "answer"))
+    assert past.paths("a") == past.paths("b") == (("answer",),)
+    assert past.paths("answer") == () and past.paths("never-seen") == ()
+    assert past.paths("model") == (("tools",),) and past.paths("tools") == (("model",),)
+
+
+@pytest.mark.anyio
+async def test_an_entrypoints_task_keeps_back_what_followed_it_in_past_runs(
+    steps: list[StepRecord],
+) -> None:
+    book = _warm_book()
+    graph = with_deadlines(_plan_look_answer, timeout=TIMEOUT, book=book)
+    for run in range(3):
+        assert await graph.ainvoke(run, {"configurable": {"thread_id": f"past-{run}"}}) == 2 * run
+    held = [(r.name, r.held_ms) for r in steps if r.name in ("_quick", "_lookup", "answer")]
+    # The first run has no past: nothing kept back. After it, each lookup keeps back the answer
+    # (which followed both), and neither keeps back the other (they ran in parallel).
+    assert sorted(held[:3]) == [("_lookup", None), ("_quick", None), ("answer", None)]
+    later = sorted(held[3:])
+    kept = _kept(book)
+    assert later == [("_lookup", kept)] * 2 + [("_quick", kept)] * 2 + [("answer", None)] * 2
+    note = next(r.note for r in reversed(steps) if r.name == "_quick")
+    assert note is not None and note.startswith("kept back 0.3") and "for answer" in note
+
+    # turned off: no past learned, nothing kept back
+    steps.clear()
+    off = with_deadlines(_plan_look_answer, timeout=TIMEOUT, book=book, keep_back=False)
+    for run in range(2):
+        await off.ainvoke(run, {"configurable": {"thread_id": f"off-{run}"}})
+    assert {r.held_ms for r in steps if r.name in ("_quick", "_lookup")} == {None}
