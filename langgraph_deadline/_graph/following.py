@@ -171,9 +171,12 @@ def keeping_back(
     paths: tuple[Path, ...],
     book: Timings,
     floors: dict[str, float],
+    *,
+    optional: bool = False,
 ) -> float | StepRule | None:
     """A node's cap, keeping back the time of what can follow it (`cap` itself when nothing
-    can, or when it is a `learned(..., then=[...])`: the steps it names are the user's word)."""
+    can, or when it is a `learned(..., then=[...])`: the steps it names are the user's word);
+    `optional`: the node is dropped when cut at its own budget (`Following`)."""
     if not paths or getattr(cap, "then", None):
         return cap
-    return Following(cap, paths, book, floors)
+    return Following(cap, paths, book, floors, optional=optional)

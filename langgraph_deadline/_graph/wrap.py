@@ -133,7 +133,8 @@ def with_deadlines(
 
     `optional` names nodes the run can do without (a slow branch): one cut at its own budget
     (its cap, or the time it keeps back for what follows) writes no update, its record says
-    `timed_out`, and the graph goes on with what the other nodes gave. Cut by the run's
+    `timed_out`, and the graph goes on with what the other nodes gave; with a book it keeps
+    back what follows even when that leaves it less than its own usual time. Cut by the run's
     deadline, it ends the run as any node does.
 
     Served by LangGraph Server, a run also honours the deadline headers of its request, which
@@ -247,7 +248,9 @@ def with_deadlines(
         floors = {node: floor_of(need) for node, need in mins.items()}
         paths = paths_after(builder)
         for name, cap in node_caps.items():
-            node_caps[name] = keeping_back(cap, paths.get(name, ()), book, floors)
+            node_caps[name] = keeping_back(
+                cap, paths.get(name, ()), book, floors, optional=name in dropped
+            )
 
     wrapped = copy.copy(builder)
     wrapped.nodes = {

@@ -317,6 +317,32 @@ async def test_an_optional_branch_cut_where_the_answer_must_start_leaves_it_its_
 
 
 @pytest.mark.anyio
+async def test_an_optional_branch_that_usually_takes_all_the_time_is_still_cut_for_the_answer() -> (
+    None
+):
+    book = _warm_book()
+    for _ in range(40):
+        book.record("node", "c", TIMEOUT)  # c usually takes all the run has: its p95 never fits
+    graph = with_deadlines(_fan_out(slow=5.0), timeout=TIMEOUT, book=book, optional={"c"})
+    t0 = time.monotonic()
+    out = await graph.ainvoke({})
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+    assert "answer" in out["done"] and "c" not in out["done"]  # dropped, not the answer
+    cut = _by_name(out["deadline_trace"])["c"]
+    assert (cut.status, cut.cancel_source, cut.held_ms) == (
+        StepStatus.TIMED_OUT,
+        "step_cap",
+        _kept(book),
+    )
+    assert time.monotonic() - t0 < TIMEOUT
+    # not optional, the same node is not cut for what follows: it ends the run at the deadline
+    plain = with_deadlines(_fan_out(slow=5.0), timeout=1.0, book=book)
+    out = await plain.ainvoke({})
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert _by_name(out["deadline_trace"])["c"].cancel_source == "run_deadline"
+
+
+@pytest.mark.anyio
 async def test_a_node_not_marked_optional_still_ends_the_run_at_its_cap() -> None:
     graph = with_deadlines(_fan_out(slow=5.0), timeout=TIMEOUT, caps={"c": 0.3})
     out = await graph.ainvoke({})
