@@ -17,6 +17,7 @@ shapes) gets one path instead: every node reachable from it, each once.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Collection, Iterable
 from typing import Any, Final
 
@@ -26,7 +27,7 @@ from langgraph.graph import StateGraph
 from .._core.follow import Following
 from .._core.rules import StepRule, Timings
 
-__all__ = ["PastFollowers", "found_book", "keeping_back", "paths_after"]
+__all__ = ["PastFollowers", "found_book", "keeping_back", "past_followers", "paths_after"]
 
 Path = tuple[str, ...]
 _MOST_PATHS: Final = 256
@@ -71,7 +72,8 @@ class PastFollowers:
     a task followed another in a run when it started after that one ended with none between
     them (tasks called in parallel follow none of each other). Runs add what they saw (`learn`);
     a task's paths are those of every run so far, joined (`paths`), the costliest one kept back
-    at its learned high quantile (`Following`). Kept by the wrapped entrypoint, in memory."""
+    at its learned high quantile (`Following`). Kept in memory, one per book and entrypoint
+    name (`past_followers`)."""
 
     after: dict[str, set[str]] = dataclasses.field(default_factory=dict)
     _paths: dict[str, tuple[Path, ...]] = dataclasses.field(default_factory=dict)
@@ -118,6 +120,20 @@ class PastFollowers:
         if rule is None:
             rule = self._rules[key] = keeping_back(cap, paths, book, floors)
         return rule
+
+
+_PAST: weakref.WeakKeyDictionary[Any, dict[str, PastFollowers]] = weakref.WeakKeyDictionary()
+
+
+def past_followers(book: Timings, entrypoint: str) -> PastFollowers:
+    """What followed the tasks of the entrypoint named `entrypoint`, one per book: an
+    entrypoint wrapped again (for each request, at each worker's start) goes on from what its
+    earlier runs with the same book taught (a fresh one for a book that cannot be weakly held)."""
+    try:
+        kept = _PAST.setdefault(book, {})
+    except TypeError:
+        return PastFollowers()
+    return kept.setdefault(entrypoint, PastFollowers())
 
 
 def _paths(start: str, after: dict[str, set[str]]) -> tuple[Path, ...]:

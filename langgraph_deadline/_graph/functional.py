@@ -20,6 +20,7 @@ from langgraph.types import Command
 from .._core.plan import RunTracker, run_from_config
 from .._core.rules import StepRule, Timings
 from .._core.validate import check_caps_fit, check_fits, check_limit, check_viable, floor_of
+from .following import PastFollowers, past_followers
 from .graph import DeadlineRuns
 from .seams import PREVIOUS, runs_on_a_thread, scheduling_with
 from .settings import GraphSettings, NodeSettings
@@ -156,6 +157,7 @@ def wrap_entrypoint(
         retry=retry,
         book=book,
         floors={k: floor_of(v) for k, v in min_viable.items()},
+        past=PastFollowers() if book is None else past_followers(book, name),
     )
     mine = NodeSettings(cap=caps.get(name), min_viable=min_viable.get(name, 0.0), retry=retry)
     step = NodeStep(name, mine)

@@ -503,6 +503,12 @@ async def test_an_entrypoints_task_keeps_back_what_followed_it_in_past_runs(
     note = next(r.note for r in reversed(steps) if r.name == "_quick")
     assert note is not None and note.startswith("kept back 0.3") and "for answer" in note
 
+    # wrapped again with the same book (for each request, at a worker's start): it goes on
+    steps.clear()
+    again = with_deadlines(_plan_look_answer, timeout=TIMEOUT, book=book)
+    await again.ainvoke(9, {"configurable": {"thread_id": "again"}})
+    assert {r.held_ms for r in steps if r.name in ("_quick", "_lookup")} == {kept}
+
     # turned off: no past learned, nothing kept back
     steps.clear()
     off = with_deadlines(_plan_look_answer, timeout=TIMEOUT, book=book, keep_back=False)
