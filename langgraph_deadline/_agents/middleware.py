@@ -35,6 +35,7 @@ from .._core.records import Outcome, StepRecord, Terminal
 from .._core.rules import StepRule
 from .._core.run import run_async, run_sync
 from .._core.validate import show
+from .._graph.following import found_book
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state, fresh_run_update
 from .._learn.book import LatencyBook
@@ -69,7 +70,13 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       the request `timeout`. With `tokens_per_second`, `max_tokens` is cut to what fits; given
       `learned(book)`, the model's time to first token and output rate are learned per model
       id from its streamed calls, and `max_tokens` is what fits after a slow first token at a
-      slow day's rate (your own `max_tokens` stays the most).
+      slow day's rate (your own `max_tokens` stays the most). Without `tokens_per_second`, a
+      book attached to the agent (`book`, the book of a learned tool cap, or the run's
+      under `with_deadlines(book=)`) does the same by default, as for `budgeted_model`: its
+      p90 once it holds 10 streamed calls of the model (`learned_max_tokens=False`: off).
+      When the budget sets `max_tokens`, the model is also told its length (a line at the end
+      of the system message, as for `budgeted_model`: it writes a shorter, whole answer rather
+      than being cut mid-sentence; `length_hint=False` leaves the system message as it is).
     - With `model_idle_cap` (seconds, or `learned(book)`), a model call whose stream sends
       nothing for that long after its first chunk is cut at once as stalled (its record's
       `cancel_source="stalled"`, its note "no progress for 2.1 s"): the next fallback model
@@ -111,10 +118,11 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             `tokens_per_second` <= 0, `tool_caps` is not a mapping, or the settings cannot
             fit (`reserve >= timeout`, `model_min_viable` above `timeout` less `reserve`, or
             above `model_cap`);
-            `fallbacks` empty, holding a non-model or two models of one name;
-            `book` without `fallbacks` or `budget_note`; `fallback_quantile`
-            outside (0, 1); `budget_note` not a bool. (`fallback_models=` and `latency_book=`,
-            the old names of `fallbacks=` and `book=`, work for one release, with a warning.)
+            `fallbacks` empty, holding a non-model or two models of one name; `book` not a
+            `LatencyBook`; `fallback_quantile` outside (0, 1); `budget_note`,
+            `learned_max_tokens` or `length_hint` not a bool. (`fallback_models=` and
+            `latency_book=`, the old names of `fallbacks=` and `book=`, work for one release,
+            with a warning.)
         ValueError: at the agent's first model call, `tool_caps` naming a tool the agent
             does not have (the tools are known only then).
     """
@@ -137,19 +145,20 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         book: LatencyBook | None = None,
         fallback_quantile: float = 0.9,
         budget_note: bool = False,
+        learned_max_tokens: bool = True,
+        length_hint: bool = True,
         fallback_models: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
         latency_book: LatencyBook | None = None,
     ) -> None:
         super().__init__()
         models = renamed(_NAME, "fallback_models", "fallbacks", fallback_models, fallbacks)
-        book = _book_for_note(
-            renamed(_NAME, "latency_book", "book", latency_book, book), models, budget_note
-        )
+        given = renamed(_NAME, "latency_book", "book", latency_book, book)
+        book = _attached(given, tool_caps, default_tool_cap)
         chain = fallbacks_of(
             models,
             label="fallbacks",
             taken=MODEL_STEP,
-            book=None if models is None else book,
+            book=None if models is None else given,
             quantile=fallback_quantile,
             min_samples=MIN_SAMPLES,
             quantile_label="fallback_quantile",
@@ -168,6 +177,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             fallbacks=chain,
             budget_note=budget_note,
             book=book,
+            learned_max_tokens=learned_max_tokens,
+            length_hint=length_hint,
         )
         self.tools = []
 
@@ -212,6 +223,14 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     @property
     def budget_note(self) -> bool:
         return self.settings.budget_note
+
+    @property
+    def learned_max_tokens(self) -> bool:
+        return self.settings.learned_max_tokens
+
+    @property
+    def length_hint(self) -> bool:
+        return self.settings.length_hint
 
     @property
     def fallbacks(self) -> tuple[str, ...]:
@@ -383,15 +402,16 @@ def _ended(
     return gave_up(request.state, skipped(model_plan(settings, request.state, sync=False)))
 
 
-def _book_for_note(book: object, fallbacks: object, budget_note: object) -> LatencyBook | None:
-    """`book` checked: a book, read to choose a fallback or for the budget note."""
-    if book is None:
-        return None
-    if not isinstance(book, LatencyBook):
+def _attached(
+    book: object,
+    tool_caps: Mapping[str, float | StepRule | None] | None,
+    default_tool_cap: float | StepRule | None,
+) -> LatencyBook | None:
+    """The book attached to the agent: `book` (checked), else the book of a learned
+    tool cap (a user who wrote `learned(book)` for a tool has attached it)."""
+    if book is not None and not isinstance(book, LatencyBook):
         raise TypeError(f"book must be a LatencyBook or None, got {show(book)}")
-    if fallbacks is None and budget_note is not True:
-        raise ValueError(
-            "book is read to choose a fallback and for the budget note: "
-            "give fallbacks or budget_note=True too"
-        )
-    return book
+    if book is None:
+        caps = dict(tool_caps) if isinstance(tool_caps, Mapping) else {}
+        book = found_book(caps, {"": default_tool_cap})
+    return book if isinstance(book, LatencyBook) else None

@@ -49,8 +49,16 @@ from .._graph.seams import PASSTHROUGH
 from .._graph.streams import stopping_streams, watching_streams
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
-from .provider import Rate, call_options, check_rate, model_id
-from .timing import StreamTiming, run_rate, timing_for
+from .provider import (
+    Rate,
+    budget_tokens,
+    call_options,
+    check_rate,
+    model_id,
+    settings_max_tokens,
+    with_length_hint,
+)
+from .timing import StreamTiming, book_rate, timing_for
 
 __all__ = [
     "METADATA_KEY",
@@ -271,8 +279,9 @@ T = TypeVar("T")
 class ModelLimits:
     """What one budgeted model may take of the deadline: at most `cap`, never less than
     `min_viable`; `name` is its steps' name; `tokens_per_second` (a rate, or learned) cuts
-    `max_tokens` to what its budget can stream; `idle_cap` (seconds, or learned) is the longest
-    gap between two chunks of its stream before it is cut as stalled. Checked when made.
+    `max_tokens` to what its budget can stream, and with `length_hint` the model is told that
+    length (`provider.LENGTH_HINT`); `idle_cap` (seconds, or learned) is the longest gap
+    between two chunks of its stream before it is cut as stalled. Checked when made.
 
     Raises:
         TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0,
@@ -285,8 +294,11 @@ class ModelLimits:
     min_viable: float = 0.0
     tokens_per_second: Rate | None = None
     idle_cap: float | StepRule | None = None
+    length_hint: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.length_hint, bool):
+            raise TypeError(f"length_hint must be a bool, got {show(self.length_hint)}")
         object.__setattr__(self, "cap", check_cap(self.cap, "cap"))
         object.__setattr__(self, "min_viable", check_seconds(self.min_viable, "min_viable"))
         object.__setattr__(self, "tokens_per_second", check_rate(self.tokens_per_second))
@@ -449,12 +461,12 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
     ) -> StepResult[T]:
         """One model of the chain called on a worker thread, under its plan."""
-        model, options, call_cfg, timing = self._prepared(chosen, cfg, kwargs)
+        model, said, options, call_cfg, timing = self._prepared(chosen, input, cfg, kwargs)
         watched = chosen.plan.idle is not None
         with stopping_streams(), watching_streams(watched):  # (the job runs in a copy of these)
             result = run_sync(
                 chosen.plan,
-                lambda: model.invoke(input, call_cfg, **options),
+                lambda: model.invoke(said, call_cfg, **options),
                 run=run_from_config(cfg),
                 passthrough=PASSTHROUGH,
             )
@@ -463,20 +475,30 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         return result
 
     def _prepared(
-        self, chosen: Pick, cfg: RunnableConfig, kwargs: dict[str, Any]
+        self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
     ) -> tuple[
-        Runnable[LanguageModelInput, T], dict[str, Any], RunnableConfig, StreamTiming | None
+        Runnable[LanguageModelInput, T],
+        LanguageModelInput,
+        dict[str, Any],
+        RunnableConfig,
+        StreamTiming | None,
     ]:
-        """What one call of the chosen model runs with: the model, its options (the budget
-        told to the provider), its config (timed when its rate is learned) and that timing,
-        if any. (Its stream stops past the cut through `stopping_streams`.)"""
+        """What one call of the chosen model runs with: the model, its input (with the length
+        hint when the budget set its `max_tokens`), its options (the budget told to the
+        provider), its config (timed when its rate is learned) and that timing, if any. (Its
+        stream stops past the cut through `stopping_streams`.)"""
         choice, plan = self._chain[chosen.at], chosen.plan
         model = choice.model
-        rate = run_rate(choice.rate, run_from_config(cfg))  # the run's book's, by default
+        run = run_from_config(cfg)
+        rate = book_rate(choice.rate, None if run is None else run.book)  # by default
         options = call_options(model, plan.budget, kwargs, tokens_per_second=rate)
+        if self._limits.length_hint:
+            tokens = budget_tokens(options, settings_max_tokens(model, kwargs))
+            if tokens is not None:
+                input = with_length_hint(input, tokens)
         timing = timing_for(model, rate)
         call_cfg = cfg if timing is None else merge_configs(cfg, {"callbacks": [timing]})
-        return model, {**kwargs, **options}, call_cfg, timing
+        return model, input, {**kwargs, **options}, call_cfg, timing
 
     async def ainvoke(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
@@ -508,11 +530,11 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         self, chosen: Pick, input: LanguageModelInput, cfg: RunnableConfig, kwargs: dict[str, Any]
     ) -> StepResult[T]:
         """One model of the chain called under its plan, cancelled at its budget."""
-        model, options, call_cfg, timing = self._prepared(chosen, cfg, kwargs)
+        model, said, options, call_cfg, timing = self._prepared(chosen, input, cfg, kwargs)
         with stopping_streams(), watching_streams(chosen.plan.idle is not None):
             result = await run_async(
                 chosen.plan,
-                lambda: model.ainvoke(input, call_cfg, **options),
+                lambda: model.ainvoke(said, call_cfg, **options),
                 run=run_from_config(cfg),
                 passthrough=PASSTHROUGH,
             )
@@ -548,6 +570,7 @@ def budgeted_model(
     quantile: float = 0.9,
     tokens_per_second: float | Learned | None = None,
     idle_cap: float | Learned | None = None,
+    length_hint: bool = True,
 ) -> BudgetedModel[Any]:
     """A chat model whose every call gets `min(cap, remaining)` of the deadline in context.
 
@@ -576,7 +599,14 @@ def budgeted_model(
     model's time to first token and seconds per token are learned per model id from its calls
     (which then stream), and `max_tokens` is what fits in the budget after the learned
     `quantile` of time to first token, at the learned `quantile` of seconds per token; until
-    the book holds `min_samples` of each, no `max_tokens` is set.
+    the book holds `min_samples` of each, no `max_tokens` is set. In a run with a book attached
+    (`with_deadlines(book=)`), a model given no `tokens_per_second` learns it from that book.
+
+    When its budget sets `max_tokens` (below any the call already has), the model is also told
+    its length: a line at the end of the system message, "Answer in at most N words, ending
+    with a complete sentence: a longer answer is cut off." (N = 3/4 of the tokens). A model
+    never sees `max_tokens`: told only that, it is cut mid-sentence; told the length, it writes
+    a shorter, whole answer. `length_hint=False` leaves the messages as they are.
 
     `idle_cap` is the longest gap between two chunks of the call's stream (Vercel's `chunkMs`,
     LangGraph's `idle_timeout`; the call then streams): past it the call is cut at once as
@@ -595,9 +625,9 @@ def budgeted_model(
 
     Raises:
         TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0;
-            `tokens_per_second` or `idle_cap` neither a number > 0 nor `learned(...)`; `fallbacks`
-            is empty, holds a non-model or two models of one name; `book` without `fallbacks`;
-            `quantile` outside (0, 1).
+            `tokens_per_second` or `idle_cap` neither a number > 0 nor `learned(...)`;
+            `length_hint` not a bool; `fallbacks` is empty, holds a non-model or two models of
+            one name; `book` without `fallbacks`; `quantile` outside (0, 1).
         DeadlineExceeded: (from a call) not started for lack of budget, or cut at its budget.
     """
     if isinstance(model, BudgetedModel):
@@ -610,6 +640,7 @@ def budgeted_model(
         name=name or model_id(model),
         tokens_per_second=tokens_per_second,
         idle_cap=idle_cap,
+        length_hint=length_hint,
     )
     chain = fallbacks_of(
         fallbacks,

@@ -8,9 +8,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, ModelResponse
+from langgraph.config import get_config
 from langgraph.types import Command
 
-from .._core.plan import Plan, plan_step
+from .._core.plan import Plan, plan_step, run_from_config
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
 from .._graph.state import deadline_from_state
@@ -23,11 +24,19 @@ from .._graph.streams import (
 from .closing import give_up
 from .model import MIN_SAMPLES
 from .note import budget_note, tool_times, with_note
-from .provider import call_options
+from .provider import Rate, budget_tokens, call_options, length_hint, settings_max_tokens
 from .settings import MiddlewareSettings
-from .timing import StreamTiming, timing_for
+from .timing import StreamTiming, book_rate, timing_for
 
-__all__ = ["MODEL_STEP", "Ears", "gave_up", "model_plan", "model_result", "with_budget"]
+__all__ = [
+    "MODEL_STEP",
+    "Ears",
+    "call_rate",
+    "gave_up",
+    "model_plan",
+    "model_result",
+    "with_budget",
+]
 
 MODEL_STEP: Final = "model"
 """The name model calls have in step records and outcomes (`create_agent`'s node name)."""
@@ -47,21 +56,44 @@ def model_plan(settings: MiddlewareSettings, state: Mapping[str, Any], *, sync: 
     )
 
 
+def call_rate(settings: MiddlewareSettings) -> Rate | None:
+    """The model's output rate for a call: `tokens_per_second` when given; else, with a book
+    attached (`book=`, the book of a learned tool cap, or the run's under
+    `with_deadlines(book=)`), the rate that book learns, as `budgeted_model` does
+    (`book_rate`); `learned_max_tokens=False`: none."""
+    rate = settings.tokens_per_second
+    if rate is not None or not settings.learned_max_tokens:
+        return rate
+    return book_rate(None, settings.book or _run_book())
+
+
+def _run_book() -> object:
+    try:
+        run = run_from_config(get_config())
+    except RuntimeError:  # not inside a LangGraph run
+        return None
+    return None if run is None else run.book
+
+
 def with_budget(
     request: ModelRequest[Any], plan: Plan, settings: MiddlewareSettings
 ) -> ModelRequest[Any]:
     """`request` with the budget in its model settings (`timeout`, `max_tokens`): never later
     than a `timeout` the request already has; with `budget_note`, the note in its system
-    message."""
+    message, and the length hint after it when the budget set `max_tokens`."""
     if settings.budget_note and plan.remaining is not None:
         times = tool_times(settings.book, request.tools, min_samples=MIN_SAMPLES)
         request = with_note(request, budget_note(plan.remaining, times))
     model_settings = request.model_settings
     options = call_options(
-        request.model, plan.budget, model_settings, tokens_per_second=settings.tokens_per_second
+        request.model, plan.budget, model_settings, tokens_per_second=call_rate(settings)
     )
     if not options:
         return request
+    if settings.length_hint:
+        tokens = budget_tokens(options, settings_max_tokens(request.model, model_settings))
+        if tokens is not None:
+            request = with_note(request, length_hint(tokens))
     return request.override(model_settings={**model_settings, **options})
 
 
@@ -79,8 +111,7 @@ class Ears(NamedTuple):
     @classmethod
     def of(cls, request: ModelRequest[Any], settings: MiddlewareSettings, plan: Plan) -> Ears:
         said = PartialAnswer() if settings.partial_answer else None
-        timing = timing_for(request.model, settings.tokens_per_second)
-        return cls(said, timing, plan.idle is not None)
+        return cls(said, timing_for(request.model, call_rate(settings)), plan.idle is not None)
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:

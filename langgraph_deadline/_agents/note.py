@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from langchain.agents.middleware import ModelRequest
-from langchain_core.messages import SystemMessage
 
 from .._learn.book import LatencyBook
+from .provider import noted
 
 __all__ = ["NOTE_QUANTILE", "budget_note", "tool_times", "with_note"]
 
@@ -52,12 +52,4 @@ def tool_times(
 
 def with_note(request: ModelRequest[Any], note: str) -> ModelRequest[Any]:
     """`request` with `note` at the end of its system message (a new one if it has none)."""
-    system = request.system_message
-    if system is None:
-        return request.override(system_message=SystemMessage(note))
-    content = system.content
-    if isinstance(content, str):
-        joined: str | list[Any] = f"{content}\n\n{note}" if content else note
-    else:
-        joined = [*content, {"type": "text", "text": note}]
-    return request.override(system_message=system.model_copy(update={"content": joined}))
+    return request.override(system_message=noted(request.system_message, note))

@@ -1,21 +1,32 @@
 """What the provider learns of a model call's budget: a request `timeout` for models known to
 pass it to their SDK, and `max_tokens` cut to what the budget can stream (at a rate given, or
-learned per model id)."""
+learned per model id); and what the model itself learns of it: the length hint, a line of its
+system message asking for an answer it can finish in that many tokens."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, convert_to_messages
+from langchain_core.prompt_values import PromptValue
 
 from .._learn.policy import Learned
 
 __all__ = [
+    "LENGTH_HINT",
+    "WORDS_PER_TOKEN",
     "Rate",
+    "budget_tokens",
     "call_options",
     "check_rate",
+    "length_hint",
     "model_id",
+    "noted",
     "provider_options",
     "settings_max_tokens",
+    "with_length_hint",
+    "with_system_note",
 ]
 
 Rate = float | Learned
@@ -129,3 +140,62 @@ def call_options(
     if "timeout" in options and isinstance(timeout, int | float) and timeout > 0:
         options["timeout"] = min(options["timeout"], timeout)
     return options
+
+
+# -- the length hint ------------------------------------------------------------------------------
+
+WORDS_PER_TOKEN: Final = 0.75
+"""Words of English per output token (OpenAI's rule of thumb: a token is about 3/4 of a word)."""
+
+LENGTH_HINT: Final = (
+    "Answer in at most {words} words, ending with a complete sentence: a longer answer is cut off."
+)
+"""The length hint's words: a model told only `max_tokens` (which it never sees) is cut
+mid-sentence; told its length budget, it writes a shorter, whole answer."""
+
+
+def budget_tokens(options: Mapping[str, Any], limit: int | None) -> int | None:
+    """The `max_tokens` the budget set on a call (`options`, from `call_options`), when it is
+    below the `limit` already in force (the caller's own): the length the model must be told.
+    None when the budget set none, or the caller's own limit is the lower."""
+    tokens = options.get("max_tokens")
+    if not isinstance(tokens, int) or (limit is not None and tokens >= limit):
+        return None
+    return tokens
+
+
+def length_hint(tokens: int) -> str:
+    """The hint for an answer of at most `tokens` output tokens (`LENGTH_HINT`, in words)."""
+    return LENGTH_HINT.format(words=max(1, int(tokens * WORDS_PER_TOKEN)))
+
+
+def noted(system: SystemMessage | None, note: str) -> SystemMessage:
+    """`system` (a system message, or None) with `note` at its end: a new one if None."""
+    if system is None:
+        return SystemMessage(note)
+    content = system.content
+    if isinstance(content, str):
+        joined: str | list[Any] = f"{content}\n\n{note}" if content else note
+    else:
+        joined = [*content, {"type": "text", "text": note}]
+    return system.model_copy(update={"content": joined})
+
+
+def with_system_note(messages: Sequence[BaseMessage], note: str) -> list[BaseMessage]:
+    """`messages` with `note` at the end of their leading system message (a new one first if
+    they have none): where every provider takes a system message."""
+    if messages and isinstance(messages[0], SystemMessage):
+        return [noted(messages[0], note), *messages[1:]]
+    return [noted(None, note), *messages]
+
+
+def with_length_hint(input: object, tokens: int) -> list[BaseMessage]:
+    """A chat model's `input` (a string, messages, a prompt value) as messages, the length hint
+    for `tokens` at the end of its system message."""
+    if isinstance(input, PromptValue):
+        messages = input.to_messages()
+    elif isinstance(input, str):
+        messages = [HumanMessage(input)]
+    else:
+        messages = convert_to_messages(input)  # type: ignore[arg-type]
+    return with_system_note(messages, length_hint(tokens))

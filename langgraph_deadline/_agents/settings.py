@@ -29,12 +29,15 @@ class MiddlewareSettings:
     model call needs (`model_min_viable`), the model's `tokens_per_second` if known (or
     learned), whether a cut model call's streamed text is kept (`partial_answer`), the models
     to fall back to (`fallbacks`), whether model calls get the budget note (`budget_note`) and
-    the book its tool times come from (`book`). Checked when made; `tool_caps` is kept
-    read-only; tool caps may be learned (`StepRule`s). See `DeadlineMiddleware`.
+    the book attached to the agent (`book`: its tool times, and its model's output rate unless
+    `learned_max_tokens` is False), whether a call whose budget sets `max_tokens` is told its
+    length (`length_hint`). Checked when made; `tool_caps` is kept read-only; tool
+    caps may be learned (`StepRule`s). See `DeadlineMiddleware`.
 
     Raises:
         TypeError, ValueError: a time is not a finite number >= 0, or `tokens_per_second` <= 0;
-            `partial_answer` or `budget_note` is not a bool.
+            `partial_answer`, `budget_note`, `learned_max_tokens` or `length_hint` is not
+            a bool.
     """
 
     timeout: float | None = None
@@ -49,6 +52,8 @@ class MiddlewareSettings:
     fallbacks: Fallbacks | None = None  # checked by `fallbacks_of` when the middleware is made
     budget_note: bool = False
     book: LatencyBook | None = None  # checked when the middleware is made
+    learned_max_tokens: bool = True
+    length_hint: bool = True
 
     def __post_init__(self) -> None:
         checked = {  # in the order of the arguments: the first mistake is the one reported
@@ -66,7 +71,7 @@ class MiddlewareSettings:
             "model_idle_cap": check_idle_cap(self.model_idle_cap, "model_idle_cap"),
             "tokens_per_second": check_rate(self.tokens_per_second),
         }
-        for flag in ("partial_answer", "budget_note"):
+        for flag in ("partial_answer", "budget_note", "learned_max_tokens", "length_hint"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         for name, value in checked.items():

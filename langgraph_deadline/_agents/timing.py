@@ -20,12 +20,11 @@ from uuid import UUID
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import ChatGeneration, LLMResult
 
-from .._core.plan import RunTracker
 from .._learn.book import FIRST_TOKEN, PER_TOKEN, LatencyBook
 from .._learn.policy import Learned, learned
 from .provider import Rate, model_id
 
-__all__ = ["RUN_RATE", "StreamTiming", "run_rate", "timing_for"]
+__all__ = ["RUN_RATE", "StreamTiming", "book_rate", "timing_for"]
 
 T = TypeVar("T")
 
@@ -80,14 +79,16 @@ class StreamTiming(BaseCallbackHandler):
             self.book.record(PER_TOKEN, self.name, (self.last - first) / (count - 1))
 
 
-def run_rate(rate: Rate | None, run: RunTracker | None) -> Rate | None:
-    """`rate`, or, when none is given and the run has a latency book attached
-    (`with_deadlines(book=)`), the output rate that book learns (`RUN_RATE`)."""
-    if rate is not None or run is None or not isinstance(run.book, LatencyBook):
+def book_rate(rate: Rate | None, book: object) -> Rate | None:
+    """`rate`, or, when none is given and a latency book is attached (to the run:
+    `with_deadlines(book=)`; to an agent: `DeadlineMiddleware(book=)`), the output
+    rate that book learns (`RUN_RATE`): the one default of `budgeted_model` and the
+    middleware."""
+    if rate is not None or not isinstance(book, LatencyBook):
         return rate
-    found = _RUN_RATES.get(run.book)
+    found = _RUN_RATES.get(book)
     if found is None:
-        found = _RUN_RATES[run.book] = learned(run.book, **RUN_RATE)
+        found = _RUN_RATES[book] = learned(book, **RUN_RATE)
     return found
 
 

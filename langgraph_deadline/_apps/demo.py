@@ -11,7 +11,9 @@ lookups without the straggler and a few short answers of the model (the book's h
 ordinary traffic), and is attached to the run (`with_deadlines(book=)`): each lookup's cap is
 then its learned p90 x 2, at most the deadline run's cap, so the hanging request is cut once it
 is late by what that lookup usually takes; the writer's learned time is kept back from the
-lookups, and its model call gets the `max_tokens` that fits: it ends its answer in time.
+lookups, and its model call gets the `max_tokens` that fits and is told that length (the
+length hint): the local model, a stand-in for one that keeps to the length it is asked for
+(`follows_length_hint`), answers the sentences that fit, and the run completes in time.
 
 The runs share one scenario (this module); the table and the picture are `demo_output.py`,
 the learned run's warm-up and caps `demo_learned.py`.
@@ -171,7 +173,8 @@ def _model_server(opts: DemoOptions) -> Iterator[Any]:
     calls = [ChatReply.tool_call(name, {"query": "order 42"}) for name in LOOKUPS]
     script = [
         ChatReply.tool_calls(*(c.calls[0] for c in calls)),
-        ChatReply.text(_tokens(ANSWER), chunk_interval=TOKEN_INTERVAL),
+        # a stand-in for a model that keeps to the length its prompt asks for (the length hint)
+        ChatReply.text(_tokens(ANSWER), chunk_interval=TOKEN_INTERVAL, follows_length_hint=True),
     ]
     with FakeOpenAIServer(script, chunk_interval=0.01) as server:
         yield server

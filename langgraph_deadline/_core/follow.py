@@ -54,7 +54,9 @@ class Following(StepRule):
     Room: what stays leaves the step its own learned high quantile. Else the step itself is
     not cut for what follows (cut there, most of its runs would end the run), but the steps
     inside it are (`keep_back_inside`: a tool call answers with a timeout message, and the
-    node returns in time). `inner` gives
+    node returns in time). An `optional` step (cut at its own budget, it is dropped and the
+    run goes on) needs no such room: it keeps back what follows whenever a hand-off is left to
+    it. `inner` gives
     the cap only (a `learned(..., then=[...])` cap is never wrapped: its steps are the user's
     word)."""
 
@@ -65,6 +67,7 @@ class Following(StepRule):
     quantile: float = FOLLOW_QUANTILE
     min_samples: int = FOLLOW_MIN_SAMPLES
     handoff: float = HANDOFF_BETWEEN
+    optional: bool = False
     _priced: list[_Priced] = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     @property
@@ -86,10 +89,15 @@ class Following(StepRule):
 
     def keep_back(self, kind: str, name: str, budget: float) -> float:
         """The costliest path's time, when what stays leaves this step its own learned high
-        quantile (else 0: cut for what follows, it would end the run in its own usual time)."""
+        quantile (else 0: cut for what follows, it would end the run in its own usual time);
+        an optional step's, when what stays leaves it a hand-off (cut, it is only dropped)."""
         priced = self._price()
         after = priced.seconds
-        if after <= 0.0 or budget - after < self._own(priced, kind, name):
+        if after <= 0.0:
+            return 0.0
+        if self.optional:
+            return after if budget - after > self.handoff else 0.0
+        if budget - after < self._own(priced, kind, name):
             return 0.0
         return after
 

@@ -1,4 +1,5 @@
-"""What can still run after each node on the way to END, read once from a `StateGraph`'s edges.
+"""What can still run after each node on the way to END, read once from a `StateGraph`'s edges;
+for an `@entrypoint`'s tasks, from what followed each of them in its past runs (`PastFollowers`).
 
 From the builder's description, as LangGraph's own `validate` reads it: plain edges, joins
 (`add_edge([a, b], c)`: each of `a` and `b` leads to `c`), conditional edges (to the ends they
@@ -15,7 +16,9 @@ shapes) gets one path instead: every node reachable from it, each once.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import dataclasses
+import weakref
+from collections.abc import Collection, Iterable
 from typing import Any, Final
 
 from langgraph.constants import END, START
@@ -24,7 +27,7 @@ from langgraph.graph import StateGraph
 from .._core.follow import Following
 from .._core.rules import StepRule, Timings
 
-__all__ = ["found_book", "keeping_back", "paths_after"]
+__all__ = ["PastFollowers", "found_book", "keeping_back", "past_followers", "paths_after"]
 
 Path = tuple[str, ...]
 _MOST_PATHS: Final = 256
@@ -57,6 +60,80 @@ def paths_after(builder: StateGraph[Any, Any, Any, Any]) -> dict[str, tuple[Path
         for target in spec.ends or ():
             link(name, target)
     return {name: _paths(name, after) for name in sorted(nodes)}
+
+
+_TOUCHING: Final = 0.001  # a step that starts within 1 ms before another ends still follows it
+_MOST_STEPS: Final = 64  # the tasks of one run read (in the order they started)
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class PastFollowers:
+    """What followed each task of an entrypoint in its past runs, as its paths (see the module):
+    a task followed another in a run when it started after that one ended with none between
+    them (tasks called in parallel follow none of each other). Runs add what they saw (`learn`);
+    a task's paths are those of every run so far, joined (`paths`), the costliest one kept back
+    at its learned high quantile (`Following`). Kept in memory, one per book and entrypoint
+    name (`past_followers`)."""
+
+    after: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    _paths: dict[str, tuple[Path, ...]] = dataclasses.field(default_factory=dict)
+    _rules: dict[tuple[str, tuple[Path, ...]], Any] = dataclasses.field(default_factory=dict)
+
+    def learn(self, steps: Iterable[tuple[str, float, float]]) -> None:
+        """One run's tasks, each `(name, started, ended)` (seconds on one clock)."""
+        runs = sorted(steps, key=lambda s: s[1])[:_MOST_STEPS]
+        new = False
+        for name, _, ended in runs:
+            later = [s for s in runs if s[1] >= ended - _TOUCHING]
+            for other, started, _ in later:
+                if any(s[1] >= ended - _TOUCHING and s[2] <= started + _TOUCHING for s in later):
+                    continue  # another task ran between them: it follows that one
+                if other not in self.after.setdefault(name, set()):
+                    self.after[name].add(other)
+                    new = True
+            self.after.setdefault(name, set())
+        if new:
+            self._paths.clear()
+            self._rules.clear()
+
+    def paths(self, name: str) -> tuple[Path, ...]:
+        """The paths that followed task `name` in past runs (`()`: none, or never seen)."""
+        found = self._paths.get(name)
+        if found is None:
+            found = self._paths[name] = _paths(name, self.after)
+        return found
+
+    def cap(
+        self,
+        name: str,
+        cap: float | StepRule | None,
+        book: Timings,
+        floors: dict[str, float],
+    ) -> float | StepRule | None:
+        """Task `name`'s cap, keeping back what followed it in past runs (`keeping_back`): one
+        rule per task and paths, so that its pricing is kept between calls."""
+        paths = self.paths(name)
+        if not paths:
+            return cap
+        key = (name, paths)
+        rule = self._rules.get(key)
+        if rule is None:
+            rule = self._rules[key] = keeping_back(cap, paths, book, floors)
+        return rule
+
+
+_PAST: weakref.WeakKeyDictionary[Any, dict[str, PastFollowers]] = weakref.WeakKeyDictionary()
+
+
+def past_followers(book: Timings, entrypoint: str) -> PastFollowers:
+    """What followed the tasks of the entrypoint named `entrypoint`, one per book: an
+    entrypoint wrapped again (for each request, at each worker's start) goes on from what its
+    earlier runs with the same book taught (a fresh one for a book that cannot be weakly held)."""
+    try:
+        kept = _PAST.setdefault(book, {})
+    except TypeError:
+        return PastFollowers()
+    return kept.setdefault(entrypoint, PastFollowers())
 
 
 def _paths(start: str, after: dict[str, set[str]]) -> tuple[Path, ...]:
@@ -110,9 +187,12 @@ def keeping_back(
     paths: tuple[Path, ...],
     book: Timings,
     floors: dict[str, float],
+    *,
+    optional: bool = False,
 ) -> float | StepRule | None:
     """A node's cap, keeping back the time of what can follow it (`cap` itself when nothing
-    can, or when it is a `learned(..., then=[...])`: the steps it names are the user's word)."""
+    can, or when it is a `learned(..., then=[...])`: the steps it names are the user's word);
+    `optional`: the node is dropped when cut at its own budget (`Following`)."""
     if not paths or getattr(cap, "then", None):
         return cap
-    return Following(cap, paths, book, floors)
+    return Following(cap, paths, book, floors, optional=optional)

@@ -17,9 +17,10 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
-from .._core.plan import RunTracker
-from .._core.rules import StepRule
+from .._core.plan import RunTracker, run_from_config
+from .._core.rules import StepRule, Timings
 from .._core.validate import check_caps_fit, check_fits, check_limit, check_viable, floor_of
+from .following import PastFollowers, past_followers
 from .graph import DeadlineRuns
 from .seams import PREVIOUS, runs_on_a_thread, scheduling_with
 from .settings import GraphSettings, NodeSettings
@@ -95,7 +96,10 @@ class _EntryStep(Runnable[Any, Any]):
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         bound = self._bound
         with scheduling_with(config or {}, self._tasks.scheduler) as cfg:
-            value = self._step.call(None, cfg, lambda c: kept(bound.invoke, (input, c), {}))
+            try:
+                value = self._step.call(None, cfg, lambda c: kept(bound.invoke, (input, c), {}))
+            finally:
+                self._learn(cfg)
         if isinstance(value, tuple):  # the body returned: every task it meant to call was called
             self._tasks.check_names(self._step.name)
         return value[0]
@@ -103,10 +107,19 @@ class _EntryStep(Runnable[Any, Any]):
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         with scheduling_with(config or {}, self._tasks.scheduler) as cfg:
             body = functools.partial(akept, self._bound.ainvoke, (input, cfg), {})
-            value = await self._step.acall(None, cfg, body, on_thread=self._on_thread)
+            try:
+                value = await self._step.acall(None, cfg, body, on_thread=self._on_thread)
+            finally:
+                self._learn(cfg)
         if isinstance(value, tuple):  # the body returned: every task it meant to call was called
             self._tasks.check_names(self._step.name)
         return value[0]
+
+    def _learn(self, config: RunnableConfig) -> None:
+        """What followed each task in this run (its records so far), for the next runs."""
+        run = run_from_config(config)
+        if run is not None:
+            self._tasks.learn(run.records)
 
 
 def wrap_entrypoint(
@@ -120,10 +133,12 @@ def wrap_entrypoint(
     checkpointer: Any,
     store: Any,
     queue_time: float | None = None,
+    book: Timings | None = None,
 ) -> DeadlineEntrypoint:
     """`with_deadlines` for an entrypoint (checked options): its node budgeted as the entrypoint
     step (cap and `min_viable` under its own name; `default_cap` is the tasks'), its tasks by
-    name."""
+    name; with a latency `book` (None: the keep-back is off), each task keeps back the time of
+    what followed it in past runs, and the runs carry the book (a model's learned rate)."""
     for table in (caps, min_viable):  # task names: LangGraph knows them only once called
         for key in table:
             if not isinstance(key, str):
@@ -135,7 +150,15 @@ def wrap_entrypoint(
     [(name, node)] = graph.nodes.items()
     check_caps_fit(caps, min_viable, default_cap=default_cap, own_cap=name)
     retry = graph.retry_policy or None  # the entrypoint's, and its tasks' without their own
-    tasks = TaskBudgets(caps=caps, min_viable=min_viable, default_cap=default_cap, retry=retry)
+    tasks = TaskBudgets(
+        caps=caps,
+        min_viable=min_viable,
+        default_cap=default_cap,
+        retry=retry,
+        book=book,
+        floors={k: floor_of(v) for k, v in min_viable.items()},
+        past=PastFollowers() if book is None else past_followers(book, name),
+    )
     mine = NodeSettings(cap=caps.get(name), min_viable=min_viable.get(name, 0.0), retry=retry)
     step = NodeStep(name, mine)
     bound = node.bound._bound if isinstance(node.bound, _EntryStep) else node.bound  # rewrapped
@@ -151,5 +174,6 @@ def wrap_entrypoint(
         closing_message=False,
         has_state=False,
         queue_time=queue_time,
+        book=book,
     )
     return DeadlineEntrypoint.of(graph.copy(update), settings)

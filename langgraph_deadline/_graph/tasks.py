@@ -15,12 +15,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from langgraph.config import get_config
 
-from .._core.rules import StepRule
+from .._core.records import StepRecord, StepStatus
+from .._core.rules import StepRule, Timings
+from .following import PastFollowers
 from .seams import as_task, is_async_task, scheduling_with, task_name
 from .settings import NodeSettings
 from .step import NodeStep
@@ -32,13 +34,18 @@ __all__ = ["TaskBudgets", "kept", "akept"]
 class TaskBudgets:
     """How an entrypoint's tasks are budgeted: a cap and a `min_viable` per task name, and the
     cap of the tasks not named; a task's retries as LangGraph's (its own policy, else the
-    entrypoint's)."""
+    entrypoint's). With a latency `book`, each task keeps back the time of the tasks that
+    followed it in past runs (`past`, learned from each run's records: `learn`), at their
+    learned high quantile (their `min_viable` while the book is cold: `floors`)."""
 
     caps: Mapping[str, float | StepRule | None]
     min_viable: Mapping[str, float | StepRule]
     default_cap: float | None = None
     retry: Any = None  # the entrypoint's RetryPolicy: LangGraph's for tasks without their own
     called: _Called = dataclasses.field(default_factory=lambda: _Called(set()))
+    book: Timings | None = None
+    floors: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    past: PastFollowers = dataclasses.field(default_factory=PastFollowers)
 
     def scheduler(self, schedule: Callable[..., Any]) -> Callable[..., Any]:
         """LangGraph's task scheduler, scheduling each task with its body budgeted."""
@@ -54,13 +61,30 @@ class TaskBudgets:
         a wrapper kept per body would keep every task ever called (tasks made per run too)."""
         name = task_name(func)
         self.called.names.add(name)
+        cap = self.caps.get(name, self.default_cap)
+        if self.book is not None:
+            cap = self.past.cap(name, cap, self.book, dict(self.floors))
         settings = NodeSettings(
-            cap=self.caps.get(name, self.default_cap),
+            cap=cap,
             min_viable=self.min_viable.get(name, 0.0),
             retry=retry or self.retry,  # a retry that cannot fit is not waited for
             optional=True,  # cut at its cap: `DeadlineExceeded` to its caller, who decides
         )
         return _budgeted(func, NodeStep(name, settings), self)
+
+    def learn(self, records: Iterable[StepRecord]) -> None:
+        """What followed each task in one run, from its records (with a book only)."""
+        if self.book is None:
+            return
+        names = self.called.names
+        self.past.learn(
+            (r.name, r.started_at, r.started_at + r.elapsed_ms / 1000.0)
+            for r in records
+            if r.kind == "node"
+            and r.name in names
+            and r.started_at is not None
+            and r.status is not StepStatus.SKIPPED
+        )
 
     def check_names(self, entrypoint: str) -> None:
         """Warn, once, of names in `caps` or `min_viable` that are neither the entrypoint nor a

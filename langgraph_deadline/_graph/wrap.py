@@ -133,7 +133,8 @@ def with_deadlines(
 
     `optional` names nodes the run can do without (a slow branch): one cut at its own budget
     (its cap, or the time it keeps back for what follows) writes no update, its record says
-    `timed_out`, and the graph goes on with what the other nodes gave. Cut by the run's
+    `timed_out`, and the graph goes on with what the other nodes gave; with a book it keeps
+    back what follows even when that leaves it less than its own usual time. Cut by the run's
     deadline, it ends the run as any node does.
 
     Served by LangGraph Server, a run also honours the deadline headers of its request, which
@@ -146,12 +147,14 @@ def with_deadlines(
 
     An `@entrypoint` (Functional API) gives a `DeadlineEntrypoint`: the entrypoint and each
     `@task` call are steps, `caps` and `min_viable` by task name (or the entrypoint's),
-    `default_cap` for tasks. With time to spare it returns what the entrypoint returns; a run
-    that ends early raises `DeadlineExceeded` (`.state` None). A task cut at its cap raises
-    `DeadlineExceeded` where it is awaited: an entrypoint that catches it and returns completes.
-    A cut task is not saved as finished: `Command(update=deadline_input(s))` runs only the
-    unfinished tasks again. Its input
-    is the entrypoint's argument, never read for a deadline (docs/howto/wrap-a-graph.md).
+    `default_cap` for tasks. With a book, each task keeps back the time of the tasks that
+    followed it in the entrypoint's past runs (read from their step records: no graph to read
+    it from), as a node does for the nodes after it. With time to spare it returns what the
+    entrypoint returns; a run that ends early raises `DeadlineExceeded` (`.state` None). A task
+    cut at its cap raises `DeadlineExceeded` where it is awaited: an entrypoint that catches it
+    and returns completes. A cut task is not saved as finished:
+    `Command(update=deadline_input(s))` runs only the unfinished tasks again. Its input is the
+    entrypoint's argument, never read for a deadline (docs/howto/wrap-a-graph.md).
 
     Raises:
         ValueError: a name in `caps`, `min_viable` or `optional` is not a node (task names,
@@ -177,6 +180,7 @@ def with_deadlines(
     default_cap_s = check_step_cap(default_cap, "default_cap")
     caps = dict(check_mapping(caps, "caps"))
     mins = dict(check_mapping(min_viable, "min_viable"))
+    book = book or found_book(caps, mins)
     if not isinstance(graph, CompiledStateGraph) and is_entrypoint(graph):
         return wrap_entrypoint(
             graph,  # type: ignore[arg-type]
@@ -188,6 +192,7 @@ def with_deadlines(
             checkpointer=checkpointer,
             store=store,
             queue_time=queue_s,
+            book=book if keep_back else None,
         )
 
     compile_kwargs: dict[str, Any] = {}
@@ -239,12 +244,13 @@ def with_deadlines(
         needs={f"min_viable[{node!r}]": floor_of(need) + reserve_s for node, need in mins.items()},
     )
     node_caps = {name: caps.get(name, default_cap_s) for name in builder.nodes}
-    book = book or found_book(caps, mins)
     if book is not None and keep_back:
         floors = {node: floor_of(need) for node, need in mins.items()}
         paths = paths_after(builder)
         for name, cap in node_caps.items():
-            node_caps[name] = keeping_back(cap, paths.get(name, ()), book, floors)
+            node_caps[name] = keeping_back(
+                cap, paths.get(name, ()), book, floors, optional=name in dropped
+            )
 
     wrapped = copy.copy(builder)
     wrapped.nodes = {

@@ -13,10 +13,37 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ChatReply", "ScriptedToolCall", "check_seconds", "words"]
+__all__ = ["ChatReply", "ScriptedToolCall", "asked_words", "check_seconds", "words"]
 
 WORDS = re.compile(r"\s*\S+|\s+")
 """A word token with its leading space: how text is split into chunks and prompts are counted."""
+ASKED_LENGTH = re.compile(r"\bat most (\d+) words\b", re.IGNORECASE)
+"""How a system message asks for a length ("Answer in at most 40 words", as the length hint of
+`budgeted_model` and `DeadlineMiddleware` does)."""
+_SENTENCE_END = (".", "!", "?")
+
+
+def asked_words(body: Mapping[str, Any]) -> int | None:
+    """The most words a request's system messages allow the answer ("at most N words"; the
+    least N if several), or None."""
+    messages = body.get("messages")
+    asked: list[int] = []
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
+            continue
+        content = message.get("content")
+        parts = [content] if isinstance(content, str) else content or []
+        for part in parts:
+            text = (
+                part
+                if isinstance(part, str)
+                else part.get("text")
+                if isinstance(part, dict)
+                else None
+            )
+            if isinstance(text, str):
+                asked += [int(n) for n in ASKED_LENGTH.findall(text)]
+    return min(asked) if asked else None
 
 
 def words(text: str) -> list[str]:
@@ -63,6 +90,14 @@ class ChatReply:
     before each token chunk; defaults to the server's). `reply.stalling(after=5, seconds=10.0)`
     is the same reply whose stream stops sending after its 5th token chunk for 10 s (default:
     for good), the connection open: a stalled stream.
+
+    A text answer made with `follows_length_hint=True` stands in for a model that obeys a
+    length budget its prompt states: when a system message of the request says "at most N
+    words" (the length hint `budgeted_model` and `DeadlineMiddleware` add when the time left
+    sets `max_tokens`), it answers only its sentences that fit in N words (each word one
+    token), or its first N words if none does, and ends with `finish_reason` `"stop"`. A real
+    model writes a different, shorter answer; this one only stops early, which is what a
+    deadline test can check. `max_tokens` itself stays a hard cut (`"length"`), as at OpenAI.
     """
 
     tokens: tuple[str, ...] = ()
@@ -75,6 +110,7 @@ class ChatReply:
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     stall_after: int | None = None  # token chunks sent before the stream stalls
     stall_for: float = math.inf  # seconds it stalls for
+    follows_length_hint: bool = False
 
     def __post_init__(self) -> None:
         check_seconds("delay", self.delay, allow_inf=True)
@@ -104,11 +140,16 @@ class ChatReply:
         delay: float = 0.0,
         chunk_interval: float | None = None,
         headers: Mapping[str, str] | None = None,
+        follows_length_hint: bool = False,
     ) -> ChatReply:
         """A text answer; a string is split into word tokens (each keeps its leading space)."""
         tokens = tuple(words(content)) if isinstance(content, str) else tuple(content)
         return cls(
-            tokens=tokens, delay=delay, chunk_interval=chunk_interval, headers=dict(headers or {})
+            tokens=tokens,
+            delay=delay,
+            chunk_interval=chunk_interval,
+            headers=dict(headers or {}),
+            follows_length_hint=follows_length_hint,
         )
 
     @classmethod
@@ -208,6 +249,16 @@ class ChatReply:
         return dataclasses.replace(self, stall_after=after, stall_for=seconds)
 
     # -- what it means ------------------------------------------------------------------------
+
+    def tokens_for(self, body: Mapping[str, Any]) -> tuple[str, ...]:
+        """The tokens this reply answers the request `body` with: all of them, or, following
+        a length hint (`follows_length_hint`), its sentences that fit in the words asked."""
+        asked = asked_words(body) if self.follows_length_hint else None
+        if asked is None or len(self.tokens) <= asked:
+            return self.tokens
+        fits = self.tokens[:asked]
+        ends = [i for i, token in enumerate(fits) if token.rstrip().endswith(_SENTENCE_END)]
+        return fits[: ends[-1] + 1] if ends else fits
 
     @property
     def content(self) -> str:

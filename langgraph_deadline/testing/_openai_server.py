@@ -68,6 +68,9 @@ class FakeOpenAIServer(Background):
     Replies are served in order, one per request (retries included); when the script runs out,
     `default_reply` is served. As OpenAI does, a request whose `messages` leave a tool call
     unanswered (or answer one never made) is refused with a 400, without using the script.
+    A reply made with `follows_length_hint=True` keeps to a length its request's system message
+    asks for ("at most N words": the length hint), a stand-in for a model obeying its length
+    budget (`ChatReply`).
     Works with `with` and `async with`; the `await_*` helpers wait without blocking the event
     loop (use them in async tests: the client you just cancelled may need the loop to close
     its socket).
@@ -381,6 +384,7 @@ class Exchange:
         self.server = server
         self.rec = rec
         self.reply = rec.reply
+        self.tokens = rec.reply.tokens_for(rec.body)  # a reply following a length hint: fewer
         self._receive = receive
         self._send = send
         self.gone = asyncio.Event()  # the client left, or the server is stopping
@@ -532,12 +536,12 @@ class Exchange:
         """Non-streaming: the whole answer after as long as streaming it would have taken (cut
         at `max_tokens` text tokens, when the answer is text)."""
         calls = self._tool_calls()
-        n_tokens = len(self.reply.tokens) + sum(
+        n_tokens = len(self.tokens) + sum(
             1 + math.ceil(len(args) / _ARGUMENT_PIECE) for _, _, args in calls
         )
         limit = self.rec.max_tokens
         cut = limit is not None and n_tokens > limit
-        tokens = self.reply.tokens[:limit] if cut else self.reply.tokens
+        tokens = self.tokens[:limit] if cut else self.tokens
         if cut:
             assert limit is not None
             n_tokens, calls = limit, []
@@ -600,11 +604,11 @@ class Exchange:
     async def _stream(self) -> None:
         calls = self._tool_calls()
         await self._start(200, "text/event-stream", {"cache-control": "no-cache"})
-        opener = {"role": "assistant", "content": None if calls and not self.reply.tokens else ""}
+        opener = {"role": "assistant", "content": None if calls and not self.tokens else ""}
         if not await self._body(self._event(opener), more=True):
             return
         sent = 0
-        deltas: list[dict[str, Any]] = [{"content": token} for token in self.reply.tokens]
+        deltas: list[dict[str, Any]] = [{"content": token} for token in self.tokens]
         for i, (id_, name, args) in enumerate(calls):
             head = {"index": i, "id": id_, "type": "function"}
             deltas.append({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]})

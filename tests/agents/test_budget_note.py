@@ -81,5 +81,5 @@ def test_bad_note_settings_are_refused_naming_the_argument() -> None:
         DeadlineMiddleware(budget_note=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="book must be a LatencyBook"):
         DeadlineMiddleware(budget_note=True, book={})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="give fallbacks or budget_note=True"):
-        DeadlineMiddleware(book=LatencyBook(listen=False))
+    with pytest.raises(TypeError, match="learned_max_tokens must be a bool"):
+        DeadlineMiddleware(book=LatencyBook(listen=False), learned_max_tokens=1)  # type: ignore[arg-type]

@@ -197,8 +197,6 @@ def test_bad_fallback_settings_are_refused_when_made_naming_the_argument() -> No
         DeadlineMiddleware(fallbacks=[fast, fast])
     with pytest.raises(ValueError, match=r"fallbacks\[0\] is named 'model'"):
         DeadlineMiddleware(fallbacks=[budgeted_model(fast, name="model")])
-    with pytest.raises(ValueError, match="book is read to choose a fallback"):
-        DeadlineMiddleware(book=LatencyBook(listen=False))
     with pytest.raises(ValueError, match="fallback_quantile must be in"):
         DeadlineMiddleware(fallbacks=[fast], fallback_quantile=0.0)
     with pytest.raises(TypeError, match=r"fallbacks\[0\] must be a chat model"):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_deadline import (
@@ -22,6 +22,7 @@ from langgraph_deadline import (
     deadline_scope,
     with_deadlines,
 )
+from langgraph_deadline._agents.provider import LENGTH_HINT, WORDS_PER_TOKEN
 from langgraph_deadline._agents.timing import RUN_RATE
 from langgraph_deadline._learn.book import FIRST_TOKEN, PER_TOKEN
 from langgraph_deadline.agents import DeadlineMiddleware
@@ -171,6 +172,137 @@ async def test_an_agent_learns_its_model_and_its_answers_fit_the_time_left(
     assert record.status is StepStatus.COMPLETED
     final = out["messages"][-1]
     assert isinstance(final, AIMessage) and final.response_metadata["finish_reason"] == "length"
+
+
+async def _deadline_run(agent: Any, server: FakeOpenAIServer, budget: float) -> dict[str, Any]:
+    t0 = time.monotonic()
+    out: dict[str, Any] = await agent.ainvoke(ask())
+    assert time.monotonic() - t0 < budget + 0.3
+    return out
+
+
+@pytest.mark.anyio
+async def test_an_agent_with_a_book_attached_sizes_its_answers_to_the_time_left_by_default(
+    counting: FakeOpenAIServer,
+) -> None:
+    book = LatencyBook(listen=False)
+    model = plain_chat(counting)
+    warm = create_agent(model, [orders], middleware=[DeadlineMiddleware(timeout=60.0, book=book)])
+    for _ in range(RUN_RATE["min_samples"]):  # short answers with time to spare: the rate
+        counting.enqueue(ChatReply.counting(12, chunk_interval=TICK))
+        await warm.ainvoke(ask())
+    assert counting.requests[-1].max_tokens is None  # cold until now
+    assert counting.requests[-1].stream  # timed: it streams
+    assert book.count("gpt-fake", PER_TOKEN) == RUN_RATE["min_samples"]
+
+    budget = 1.0  # a 400-token answer takes 8 s at this rate
+    # the book attached as the agent's (book=), as a learned tool cap's, or as the run's
+    for agent in (
+        create_agent(model, [orders], middleware=[DeadlineMiddleware(timeout=budget, book=book)]),
+        create_agent(
+            model,
+            [orders],
+            middleware=[
+                DeadlineMiddleware(timeout=budget, tool_caps={"orders": learned(book, cap=5.0)})
+            ],
+        ),
+        with_deadlines(
+            create_agent(model, [orders], middleware=[DeadlineMiddleware()]),
+            timeout=budget,
+            book=book,
+        ),
+    ):
+        out = await _deadline_run(agent, counting, budget)
+        served = counting.requests[-1]
+        sent = served.max_tokens
+        assert sent is not None and 10 < sent < budget / TICK
+        # the server streamed that many tokens and ended the answer itself, before the deadline
+        assert len(served.chunk_times) == sent
+        assert served.disconnected is None and served.ended is not None
+        assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+        final = out["messages"][-1]
+        assert final.response_metadata["finish_reason"] == "length"
+        assert len(final.text.split()) == sent
+
+    # turned off: today's behaviour, no max_tokens, the answer is cut at the deadline
+    off = DeadlineMiddleware(timeout=budget, book=book, learned_max_tokens=False)
+    out = await _deadline_run(create_agent(model, [orders], middleware=[off]), counting, budget)
+    assert counting.requests[-1].max_tokens is None
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+
+
+# -- the length hint: the model is told the length its budget allows -------------------------
+
+SENTENCES = " ".join(f"Sentence {i} has five words." for i in range(1, 80))
+
+
+@pytest.fixture
+def obeying() -> Iterator[FakeOpenAIServer]:
+    """A model that keeps to the length its system message asks for (`follows_length_hint`)."""
+    reply = ChatReply.text(SENTENCES, chunk_interval=TICK, follows_length_hint=True)
+    with FakeOpenAIServer(default_reply=reply) as s:
+        yield s
+
+
+def _system(server: FakeOpenAIServer) -> str | None:
+    first = server.requests[-1].body["messages"][0]
+    return first["content"] if first["role"] == "system" else None
+
+
+@pytest.mark.anyio
+async def test_a_model_told_its_length_answers_whole_sentences_before_the_deadline(
+    obeying: FakeOpenAIServer,
+) -> None:
+    llm = budgeted_model(plain_chat(obeying), tokens_per_second=1 / TICK)  # its real rate
+    budget = 1.0
+    t0 = time.monotonic()
+    async with deadline_scope(budget):
+        answer = await llm.ainvoke([SystemMessage("Be kind."), HumanMessage("Write.")])
+    took = time.monotonic() - t0
+    sent = obeying.requests[-1].max_tokens
+    assert sent is not None and 40 <= sent <= 50  # what 1 s streams: too long with the first token
+    words = int(sent * WORDS_PER_TOKEN)
+    assert _system(obeying) == "Be kind.\n\n" + LENGTH_HINT.format(words=words)
+    # a whole answer of the sentences that fit, ended by the model itself, in time
+    assert isinstance(answer, AIMessage)
+    assert answer.response_metadata["finish_reason"] == "stop"
+    assert answer.text.endswith(".") and words - 5 < len(answer.text.split()) <= words
+    assert took < budget
+
+    # the caller's own lower max_tokens is the limit: the model is told nothing
+    async with deadline_scope(budget):
+        await llm.ainvoke("Write.", max_tokens=5)
+    assert _system(obeying) is None and obeying.requests[-1].max_tokens == 5
+
+    # turned off: the messages as given, the answer cut at max_tokens mid-sentence
+    quiet = budgeted_model(plain_chat(obeying), tokens_per_second=10.0, length_hint=False)
+    async with deadline_scope(budget):
+        cut = await quiet.ainvoke("Write.")
+    assert _system(obeying) is None
+    assert cut.response_metadata["finish_reason"] == "length"
+
+
+@pytest.mark.anyio
+async def test_an_agent_model_is_told_its_length_and_answers_whole_sentences(
+    obeying: FakeOpenAIServer,
+) -> None:
+    model = plain_chat(obeying)
+    told = DeadlineMiddleware(timeout=1.0, tokens_per_second=1 / TICK)
+    out = await create_agent(model, [orders], system_prompt="Be kind.", middleware=[told]).ainvoke(
+        ask()
+    )
+    sent = obeying.requests[-1].max_tokens
+    assert sent is not None
+    assert _system(obeying) == "Be kind.\n\n" + LENGTH_HINT.format(
+        words=int(sent * WORDS_PER_TOKEN)
+    )
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+    final = out["messages"][-1]
+    assert final.response_metadata["finish_reason"] == "stop" and final.text.endswith(".")
+
+    quiet = DeadlineMiddleware(timeout=1.0, tokens_per_second=10.0, length_hint=False)
+    await create_agent(model, [orders], system_prompt="Be kind.", middleware=[quiet]).ainvoke(ask())
+    assert _system(obeying) == "Be kind."
 
 
 def test_a_bad_rate_is_refused_when_made_naming_the_argument(server: FakeOpenAIServer) -> None:

@@ -27,7 +27,7 @@ from langgraph_deadline import (
     with_deadlines,
 )
 from langgraph_deadline._core.follow import HANDOFF_BETWEEN
-from langgraph_deadline._graph.following import paths_after
+from langgraph_deadline._graph.following import PastFollowers, paths_after
 from langgraph_deadline.learn import LatencyBook, learned
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall, SlowServer
 from langgraph_deadline.types import StepStatus
@@ -316,6 +316,32 @@ async def test_an_optional_branch_cut_where_the_answer_must_start_leaves_it_its_
 
 
 @pytest.mark.anyio
+async def test_an_optional_branch_that_usually_takes_all_the_time_is_still_cut_for_the_answer() -> (
+    None
+):
+    book = _warm_book()
+    for _ in range(40):
+        book.record("node", "c", TIMEOUT)  # c usually takes all the run has: its p95 never fits
+    graph = with_deadlines(_fan_out(slow=5.0), timeout=TIMEOUT, book=book, optional={"c"})
+    t0 = time.monotonic()
+    out = await graph.ainvoke({})
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+    assert "answer" in out["done"] and "c" not in out["done"]  # dropped, not the answer
+    cut = _by_name(out["deadline_trace"])["c"]
+    assert (cut.status, cut.cancel_source, cut.held_ms) == (
+        StepStatus.TIMED_OUT,
+        "step_cap",
+        _kept(book),
+    )
+    assert time.monotonic() - t0 < TIMEOUT
+    # not optional, the same node is not cut for what follows: it ends the run at the deadline
+    plain = with_deadlines(_fan_out(slow=5.0), timeout=1.0, book=book)
+    out = await plain.ainvoke({})
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert _by_name(out["deadline_trace"])["c"].cancel_source == "run_deadline"
+
+
+@pytest.mark.anyio
 async def test_a_node_not_marked_optional_still_ends_the_run_at_its_cap() -> None:
     graph = with_deadlines(_fan_out(slow=5.0), timeout=TIMEOUT, caps={"c": 0.3})
     out = await graph.ainvoke({})
@@ -423,3 +449,68 @@ async def test_an_entrypoint_that_lets_a_cut_task_raise_still_ends_in_deadline_e
     with pytest.raises(DeadlineExceeded) as caught:
         await graph.ainvoke(7, {"configurable": {"thread_id": "e2"}})
     assert caught.value.outcome is not None and caught.value.outcome.step == "_hangs"
+
+
+# -- the Functional API: what followed a task in past runs is kept back -----------------------
+
+
+@task
+async def _lookup(x: int) -> int:
+    await asyncio.sleep(0.02)
+    return x
+
+
+@task
+async def answer(x: int) -> int:  # named as the answer `_warm_book` knows
+    await asyncio.sleep(0.05)
+    return x
+
+
+@entrypoint(checkpointer=InMemorySaver())
+async def _plan_look_answer(x: int) -> int:
+    """Two lookups in parallel, then the answer."""
+    found = [_quick(x), _lookup(x)]
+    return await answer(sum([await f for f in found]))
+
+
+def test_what_followed_a_task_is_read_from_when_each_started_and_ended() -> None:
+    past = PastFollowers()
+    # plan, then a and b in parallel, then answer; a loop: model -> tools -> model
+    past.learn([("plan", 0.0, 0.1), ("a", 0.1, 0.3), ("b", 0.1, 0.5), ("answer", 0.5, 0.7)])
+    past.learn([("model", 0.0, 0.1), ("tools", 0.1, 0.2), ("model", 0.2, 0.3)])
+    assert past.paths("plan") == (("a", "answer"), ("b", "answer"))
+    assert past.paths("a") == past.paths("b") == (("answer",),)
+    assert past.paths("answer") == () and past.paths("never-seen") == ()
+    assert past.paths("model") == (("tools",),) and past.paths("tools") == (("model",),)
+
+
+@pytest.mark.anyio
+async def test_an_entrypoints_task_keeps_back_what_followed_it_in_past_runs(
+    steps: list[StepRecord],
+) -> None:
+    book = _warm_book()
+    graph = with_deadlines(_plan_look_answer, timeout=TIMEOUT, book=book)
+    for run in range(3):
+        assert await graph.ainvoke(run, {"configurable": {"thread_id": f"past-{run}"}}) == 2 * run
+    held = [(r.name, r.held_ms) for r in steps if r.name in ("_quick", "_lookup", "answer")]
+    # The first run has no past: nothing kept back. After it, each lookup keeps back the answer
+    # (which followed both), and neither keeps back the other (they ran in parallel).
+    assert sorted(held[:3]) == [("_lookup", None), ("_quick", None), ("answer", None)]
+    later = sorted(held[3:])
+    kept = _kept(book)
+    assert later == [("_lookup", kept)] * 2 + [("_quick", kept)] * 2 + [("answer", None)] * 2
+    note = next(r.note for r in reversed(steps) if r.name == "_quick")
+    assert note is not None and note.startswith("kept back 0.3") and "for answer" in note
+
+    # wrapped again with the same book (for each request, at a worker's start): it goes on
+    steps.clear()
+    again = with_deadlines(_plan_look_answer, timeout=TIMEOUT, book=book)
+    await again.ainvoke(9, {"configurable": {"thread_id": "again"}})
+    assert {r.held_ms for r in steps if r.name in ("_quick", "_lookup")} == {kept}
+
+    # turned off: no past learned, nothing kept back
+    steps.clear()
+    off = with_deadlines(_plan_look_answer, timeout=TIMEOUT, book=book, keep_back=False)
+    for run in range(2):
+        await off.ainvoke(run, {"configurable": {"thread_id": f"off-{run}"}})
+    assert {r.held_ms for r in steps if r.name in ("_quick", "_lookup")} == {None}

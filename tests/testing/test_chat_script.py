@@ -45,3 +45,28 @@ def test_bad_scripts_are_rejected() -> None:
         ChatReply.counting(0)
     with pytest.raises(ValueError, match="no tokens"):
         ChatReply(tokens=("x",), status=500)
+
+
+def test_a_reply_following_the_length_hint_answers_the_sentences_that_fit() -> None:
+    reply = ChatReply.text(
+        "One two. Three four five! Six seven eight nine.", follows_length_hint=True
+    )
+
+    def asking(text: str, role: str = "system") -> dict[str, object]:
+        return {"messages": [{"role": role, "content": text}, {"role": "user", "content": "hi"}]}
+
+    assert reply.tokens_for(asking("Answer in at most 6 words.")) == (
+        "One",
+        " two.",
+        " Three",
+        " four",
+        " five!",
+    )
+    assert reply.tokens_for(asking("Answer in at most 4 words.")) == ("One", " two.")
+    assert reply.tokens_for(asking("at most 1 words")) == ("One",)  # no sentence fits: cut
+    parts = [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "At most 20 words."}]
+    assert reply.tokens_for({"messages": [{"role": "system", "content": parts}]}) == reply.tokens
+    # only a system message asks; a reply not following hints ignores them
+    assert reply.tokens_for(asking("Answer in at most 4 words.", role="user")) == reply.tokens
+    plain = ChatReply.text("One two. Three four.")
+    assert plain.tokens_for(asking("Answer in at most 2 words.")) == plain.tokens
