@@ -10,7 +10,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import agents, fallback, hedge, http_overhead, learned, load, overhead, overshoot, tools
+from . import (
+    agents,
+    fallback,
+    hedge,
+    http_overhead,
+    learned,
+    load,
+    long,
+    overhead,
+    overshoot,
+    tools,
+)
 from ._common import Section, machine
 
 BENCHMARKS: dict[str, Callable[..., Section]] = {
@@ -23,8 +34,9 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "learned": learned.run,
     "fallback": fallback.run,
     "hedge": hedge.run,
+    "long": long.run,
 }
-DRAWN = frozenset({"learned"})
+DRAWN = frozenset({"learned", "long"})
 """The benchmarks that draw a figure (`--plots DIR`: DIR/benchmarks-NAME.png)."""
 
 
