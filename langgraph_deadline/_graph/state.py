@@ -92,7 +92,8 @@ def merge_trace(
         if type(r) is not StepRecord:
             new = [_as_record(r) for r in new]
             break
-    return _window([*current, *new])
+    merged = [*current, *new]
+    return merged if len(merged) <= TRACE_WINDOW else merged[-TRACE_WINDOW:]
 
 
 def _window(records: list[StepRecord]) -> list[StepRecord]:
