@@ -138,7 +138,7 @@ async def test_a_long_thread_resumes_after_an_interrupt(saver: Any) -> None:
 
 @pytest.mark.anyio
 async def test_a_long_run_cut_by_its_deadline_keeps_its_latest_records_and_a_grant_finishes_it(
-    saver: Any,
+    saver: Any, observed: Path
 ) -> None:
     hung: list[int] = []
 
@@ -161,6 +161,8 @@ async def test_a_long_run_cut_by_its_deadline_keeps_its_latest_records_and_a_gra
     assert all(r.status is StepStatus.COMPLETED for r in trace[:-1])
     starts = [r.started_at for r in trace]
     assert starts == sorted(starts) and len(set(starts)) == len(starts)
+    [run] = read_trace([observed]).runs  # every record of the run, in the order they ended
+    assert trace == list(run.steps[-TRACE_WINDOW:])
 
     out = await graph.ainvoke(Command(update=deadline_input(5.0)), cfg)
     assert out["n"] == STEPS
