@@ -56,10 +56,12 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/langgraph-deadline demo
 
-# The notebooks run in a pytest of their own: their kernels then do not share the machine with
-# what the whole suite leaves alive in its process (servers, threads, clients) by its end.
+# The tests run on two workers, a file per worker at a time: most of their time is spent waiting
+# on deadlines and loopback servers, not on the CPU, and a file's tests share its fixtures. The
+# notebooks run in a pytest of their own: their kernels then do not share the machine with what
+# the whole suite leaves alive in its process (servers, threads, clients) by its end.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 	$(BIN)/python -m pytest -q notebooks
 
 $(LOWEST_STAMP): pyproject.toml scripts/lowest-constraints.txt
@@ -122,7 +124,9 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# The hedge benchmark runs the hedging libraries on PyPI beside ours: the `bench` group.
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet --group bench
 	$(BIN)/python -m benchmarks
 
 clean:

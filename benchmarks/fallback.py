@@ -32,7 +32,8 @@ from langchain_core.messages import BaseMessage
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from langgraph_deadline import DeadlineExceeded, LatencyBook, budgeted_model, deadline_scope
+from langgraph_deadline import DeadlineExceeded, budgeted_model, deadline_scope
+from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 
 from ._common import Section, Table, percentile

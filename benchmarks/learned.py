@@ -31,16 +31,15 @@ from langgraph.graph import END, START, StateGraph
 
 from langgraph_deadline import (
     DeadlineState,
-    LatencyBook,
     StepRecord,
-    StepStatus,
     deadline_tools,
-    learned,
     with_deadlines,
 )
 from langgraph_deadline._core.observe import StepEvent
 from langgraph_deadline.instrument import get_observers, set_observers
+from langgraph_deadline.learn import LatencyBook, learned
 from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.types import StepStatus
 
 from ._common import Check, Section, Table, percentile
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from langgraph_deadline import StepRecord, StepStatus
+from langgraph_deadline import StepRecord
+from langgraph_deadline.types import StepStatus
 
 
 def model_record(

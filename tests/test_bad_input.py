@@ -15,18 +15,17 @@ from langgraph.graph import START, StateGraph
 from langgraph_deadline import (
     Deadline,
     DeadlineState,
-    LatencyBook,
     budgeted,
     deadline_scope,
     deadline_tool,
     deadline_tools,
-    learned,
     terminal_of,
     with_deadlines,
 )
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.asgi import DeadlineASGIMiddleware
 from langgraph_deadline.http import from_headers
+from langgraph_deadline.learn import LatencyBook, learned
 
 
 class State(DeadlineState):
@@ -226,15 +225,15 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "an empty list of fallback models",
-        lambda: DeadlineMiddleware(fallback_models=[]),
+        lambda: DeadlineMiddleware(fallbacks=[]),
         ValueError,
-        "fallback_models",
+        "fallbacks",
     ),
     (
         "a fallback model that is a model's name, not a model",
-        lambda: DeadlineMiddleware(fallback_models=["gpt-4o-mini"]),  # type: ignore[list-item]
+        lambda: DeadlineMiddleware(fallbacks=["gpt-4o-mini"]),  # type: ignore[list-item]
         TypeError,
-        r"fallback_models\[0\]",
+        r"fallbacks\[0\]",
     ),
     # Settings under which a step could never run: refused, naming the arguments.
     (

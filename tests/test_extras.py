@@ -49,15 +49,16 @@ SCRIPT = textwrap.dedent(
             found[case] = f"{type(exc).__name__}: {exc}"
 
     attempt("core", "import langgraph_deadline, langgraph_deadline.http, "
-            "langgraph_deadline.asgi, langgraph_deadline.instrument, langgraph_deadline.mcp")
+            "langgraph_deadline.asgi, langgraph_deadline.instrument, langgraph_deadline.mcp, "
+            "langgraph_deadline.types, langgraph_deadline.learn")
     attempt("agents", "import langgraph_deadline.agents")
     attempt("otel", "from langgraph_deadline.instrument import OtelObserver; OtelObserver()")
     attempt("prometheus", "from langgraph_deadline.instrument import PrometheusObserver\\n"
             "PrometheusObserver()")
-    attempt("otel_book", "from langgraph_deadline import LatencyBook\\n"
+    attempt("otel_book", "from langgraph_deadline.learn import LatencyBook\\n"
             "from langgraph_deadline.instrument import OtelBookGauges\\n"
             "OtelBookGauges(LatencyBook(listen=False))")
-    attempt("prometheus_book", "from langgraph_deadline import LatencyBook\\n"
+    attempt("prometheus_book", "from langgraph_deadline.learn import LatencyBook\\n"
             "from langgraph_deadline.instrument import PrometheusBookCollector\\n"
             "PrometheusBookCollector(LatencyBook(listen=False))")
     attempt("asgi", "from langgraph_deadline.testing import FakeOpenAIServer\\n"

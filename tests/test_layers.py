@@ -222,6 +222,30 @@ def test_the_circle_finder_counts_lazy_and_type_only_imports(tmp_path: Path) -> 
     assert _cycles(_import_graph(package)) == []
 
 
+def test_one_module_builds_the_answer_of_a_tool_call_that_did_not_run_to_its_end() -> None:
+    """The timeout, the stale answer and the closing of open calls are all `ToolMessage`s made
+    in `_graph/answers.py`, from `ToolTimeout` facts made there too: no other module of the
+    package constructs either."""
+    builders = {
+        str(p.relative_to(PKG))
+        for p in PKG.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(), str(p)))
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id in ("ToolMessage", "ToolTimeout"))
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == "ToolMessage")
+        )
+    }
+    assert builders == {"_graph/answers.py"}
+    # on the langchain-core floor (docs/architecture.md): no langgraph, no langchain
+    frameworks = {
+        top
+        for name, _ in _imports(PKG / "_graph" / "answers.py")
+        if (top := name.split(".")[0]) != "langgraph_deadline" and top.startswith(FRAMEWORKS)
+    }
+    assert frameworks == {"langchain_core"}
+
+
 def test_every_layer_is_listed() -> None:
     layers = {p.name for p in PKG.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert layers == set(ALLOWED)

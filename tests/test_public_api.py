@@ -7,6 +7,8 @@ import langgraph_deadline.testing
 
 PUBLIC_MODULES = (
     "langgraph_deadline",
+    "langgraph_deadline.types",
+    "langgraph_deadline.learn",
     "langgraph_deadline.agents",
     "langgraph_deadline.asgi",
     "langgraph_deadline.http",
@@ -18,28 +20,20 @@ PUBLIC_MODULES = (
 DOCUMENTED = {
     "BudgetedModel",
     "budgeted_model",
-    "Clock",
     "Deadline",
     "DeadlineExceeded",
-    "DeadlineGraph",
-    "DeadlineEntrypoint",
     "DeadlineState",
     "DeadlineModel",
     "DeadlineDataclass",
-    "DeadlineTool",
     "InMemoryStaleCache",
     "StaleCache",
     "StoreStaleCache",
     "Hedge",
-    "ToolTimeout",
     "deadline_tool",
     "deadline_tools",
     "timeout_message",
     "Outcome",
-    "ScopeFrame",
     "StepRecord",
-    "StepStatus",
-    "SystemClock",
     "Terminal",
     "budgeted",
     "check",
@@ -54,11 +48,6 @@ DOCUMENTED = {
     "wait_within_deadline",
     "terminal_of",
     "with_deadlines",
-    "LatencyBook",
-    "LatencySketch",
-    "Learned",
-    "Estimate",
-    "learned",
 }
 
 
@@ -66,6 +55,28 @@ def test_all_is_the_documented_surface() -> None:
     assert set(langgraph_deadline.__all__) == DOCUMENTED
     for name in DOCUMENTED:
         assert hasattr(langgraph_deadline, name), name
+
+
+def test_the_root_holds_at_most_30_names() -> None:
+    assert len(langgraph_deadline.__all__) <= 30, sorted(langgraph_deadline.__all__)
+
+
+def test_types_and_learn_module_surfaces() -> None:
+    import langgraph_deadline.learn as learn
+    import langgraph_deadline.types as types
+
+    assert set(types.__all__) == {
+        "DeadlineEntrypoint",
+        "DeadlineGraph",
+        "DeadlineTool",
+        "ScopeFrame",
+        "StepStatus",
+        "ToolTimeout",
+    }
+    assert set(learn.__all__) == {"Estimate", "LatencyBook", "LatencySketch", "Learned", "learned"}
+    for module in (types, learn):
+        for name in module.__all__:
+            assert hasattr(module, name), name
 
 
 def test_no_name_is_exported_from_two_public_modules() -> None:
@@ -82,6 +93,19 @@ def test_no_name_is_exported_from_two_public_modules() -> None:
     ("old", "new", "name"),
     [
         ("langgraph_deadline", "langgraph_deadline.testing", "ManualClock"),
+        ("langgraph_deadline", "langgraph_deadline.testing", "Clock"),
+        ("langgraph_deadline", "langgraph_deadline.testing", "SystemClock"),
+        ("langgraph_deadline", "langgraph_deadline.learn", "LatencyBook"),
+        ("langgraph_deadline", "langgraph_deadline.learn", "LatencySketch"),
+        ("langgraph_deadline", "langgraph_deadline.learn", "Estimate"),
+        ("langgraph_deadline", "langgraph_deadline.learn", "Learned"),
+        ("langgraph_deadline", "langgraph_deadline.learn", "learned"),
+        ("langgraph_deadline", "langgraph_deadline.types", "DeadlineGraph"),
+        ("langgraph_deadline", "langgraph_deadline.types", "DeadlineEntrypoint"),
+        ("langgraph_deadline", "langgraph_deadline.types", "DeadlineTool"),
+        ("langgraph_deadline", "langgraph_deadline.types", "ScopeFrame"),
+        ("langgraph_deadline", "langgraph_deadline.types", "StepStatus"),
+        ("langgraph_deadline", "langgraph_deadline.types", "ToolTimeout"),
         ("langgraph_deadline.agents", "langgraph_deadline", "budgeted_model"),
         ("langgraph_deadline.agents", "langgraph_deadline", "BudgetedModel"),
     ],
@@ -108,6 +132,7 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
 def test_testing_kit_surface() -> None:
     assert set(langgraph_deadline.testing.__all__) == {
         "ChatReply",
+        "Clock",
         "FakeOpenAIServer",
         "ManualClock",
         "RecordingServer",
@@ -115,6 +140,7 @@ def test_testing_kit_surface() -> None:
         "ServedChatRequest",
         "ServedRequest",
         "SlowServer",
+        "SystemClock",
         "assert_nothing_sent_after",
         "await_nothing_sent_after",
     }

@@ -15,11 +15,11 @@ from langgraph.types import Command
 
 from langgraph_deadline import (
     DeadlineExceeded,
-    DeadlineGraph,
     Terminal,
     current_deadline,
     terminal_of,
 )
+from langgraph_deadline.types import DeadlineGraph
 
 __all__ = ["RunReport", "Served", "run_graph"]
 

@@ -23,9 +23,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from examples.across_services._serve import RunReport, run_graph
-from langgraph_deadline import DeadlineGraph, DeadlineState, with_deadlines
+from langgraph_deadline import DeadlineState, with_deadlines
 from langgraph_deadline.asgi import DeadlineASGIMiddleware
 from langgraph_deadline.http import deadline_hooks
+from langgraph_deadline.types import DeadlineGraph
 
 __all__ = [
     "RetrieverState",

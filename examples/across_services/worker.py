@@ -32,8 +32,9 @@ from starlette.routing import Route
 
 from examples.across_services._serve import RunReport, run_graph
 from examples.across_services.retriever import DEFAULT_SEARCH_URL, RetrieverState, search_node
-from langgraph_deadline import DeadlineGraph, with_deadlines
+from langgraph_deadline import with_deadlines
 from langgraph_deadline.asgi import DeadlineASGIMiddleware
+from langgraph_deadline.types import DeadlineGraph
 
 __all__ = ["build_graph", "create_app", "from_env"]
 

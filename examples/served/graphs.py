@@ -19,13 +19,13 @@ import httpx
 from langgraph.graph import START, StateGraph
 
 from langgraph_deadline import (
-    DeadlineGraph,
     DeadlineState,
     StoreStaleCache,
     deadline_tool,
     with_deadlines,
 )
 from langgraph_deadline.http import deadline_hooks
+from langgraph_deadline.types import DeadlineGraph
 
 __all__ = ["SearchState", "StockState", "make_search", "make_stock", "stock_level"]
 

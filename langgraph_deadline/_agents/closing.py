@@ -9,7 +9,8 @@ from typing import Any
 from langchain_core.messages import AnyMessage, BaseMessage
 
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal
-from .._graph.messages import close_pending, closing_reply, unanswered_tool_calls
+from .._graph.answers import close_pending
+from .._graph.messages import closing_reply, unanswered_tool_calls
 from .run import elapsed_ms
 
 __all__ = ["give_up"]

@@ -1,4 +1,4 @@
-"""`DeadlineMiddleware(fallback_models=[...])`: an agent's model call, down its chain of models.
+"""`DeadlineMiddleware(fallbacks=[...])`: an agent's model call, down its chain of models.
 
 The agent's own model (the request's) comes first, named `model` like every agent model call;
 then the fallbacks, each under its model id. `fallback.pick` chooses, `model_calls` budgets the

@@ -4,8 +4,8 @@ The rules live next door: `model_calls` and `tool_calls` (a call's budget and wh
 turns into), `fallback_calls` (a model call down a chain of models), `closing` (the words an
 agent that ran out ends with), `run` (its state fields).
 
-One module because it is the one class users configure: its arguments, their read-only
-properties and the hooks LangChain calls, each hook a few lines handing on to those rules.
+This module is the class users configure: its arguments, their read-only properties and the
+hooks LangChain calls, each hook a few lines handing on to those rules.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from langgraph.types import Overwrite
 
 from .._core.context import current_deadline
 from .._core.deadline import Deadline, earliest
+from .._core.moved import renamed, renamed_property
 from .._core.record import child_records
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.rules import StepRule
@@ -49,6 +50,8 @@ from .tool_calls import ToolResult, ran_out, tool_plan, tool_result
 from .turn import handed_on, in_parent_graph, turn_in_progress
 
 __all__ = ["DeadlineAgentState", "DeadlineMiddleware"]
+
+_NAME = "DeadlineMiddleware"
 
 
 class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -81,15 +84,15 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       gets `deadline_outcome` `completed`. Cancellation, LangGraph's recursion limit and
       errors propagate as exceptions: `terminal_of(exc)` names them.
 
-    - With `fallback_models` (opt-in), a model call goes to the first model of `[the agent's
-      model, *fallback_models]` that can start and, with a `latency_book`, whose learned
+    - With `fallbacks` (opt-in), a model call goes to the first model of `[the agent's
+      model, *fallbacks]` that can start and, with a `book`, whose learned
       `fallback_quantile` of answer times fits its budget; one that fails or is cut at
       `model_cap` with time left hands the call to the next that fits, inside the same
       deadline. A fallback's record (named by its model id) says what it stood in for in its
       `note`, and its `AIMessage` carries `response_metadata["langgraph_deadline"]["fallback"]`.
 
     - With `budget_note=True` (opt-in), each model call's system message ends with a short
-      note: the seconds left and, from `latency_book`, what the tools it may call usually take,
+      note: the seconds left and, from `book`, what the tools it may call usually take,
       so the model can plan fewer calls when time is short.
 
     List it first in `middleware=[...]`: it then wraps the others, so their retries and waits
@@ -104,9 +107,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             `tokens_per_second` <= 0, `tool_caps` is not a mapping, or the settings cannot
             fit (`reserve >= timeout`, `model_min_viable` above `timeout` less `reserve`, or
             above `model_cap`);
-            `fallback_models` empty, holding a non-model or two models of one name;
-            `latency_book` without `fallback_models` or `budget_note`; `fallback_quantile`
-            outside (0, 1); `budget_note` not a bool.
+            `fallbacks` empty, holding a non-model or two models of one name;
+            `book` without `fallbacks` or `budget_note`; `fallback_quantile`
+            outside (0, 1); `budget_note` not a bool. (`fallback_models=` and `latency_book=`,
+            the old names of `fallbacks=` and `book=`, work for one release, with a warning.)
         ValueError: at the agent's first model call, `tool_caps` naming a tool the agent
             does not have (the tools are known only then).
     """
@@ -124,21 +128,25 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         model_min_viable: float = 0.0,
         tokens_per_second: float | Learned | None = None,
         partial_answer: bool = True,
-        fallback_models: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
-        latency_book: LatencyBook | None = None,
+        fallbacks: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
+        book: LatencyBook | None = None,
         fallback_quantile: float = 0.9,
         budget_note: bool = False,
+        fallback_models: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
+        latency_book: LatencyBook | None = None,
     ) -> None:
         super().__init__()
-        book = _book_for_note(latency_book, fallback_models, budget_note)
-        fallbacks = fallbacks_of(
-            fallback_models,
-            label="fallback_models",
+        models = renamed(_NAME, "fallback_models", "fallbacks", fallback_models, fallbacks)
+        book = _book_for_note(
+            renamed(_NAME, "latency_book", "book", latency_book, book), models, budget_note
+        )
+        chain = fallbacks_of(
+            models,
+            label="fallbacks",
             taken=MODEL_STEP,
-            book=None if fallback_models is None else latency_book,
+            book=None if models is None else book,
             quantile=fallback_quantile,
             min_samples=MIN_SAMPLES,
-            book_label="latency_book",
             quantile_label="fallback_quantile",
             chat_models=True,
         )
@@ -151,7 +159,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             model_min_viable=model_min_viable,
             tokens_per_second=tokens_per_second,
             partial_answer=partial_answer,
-            fallbacks=fallbacks,
+            fallbacks=chain,
             budget_note=budget_note,
             book=book,
         )
@@ -196,10 +204,12 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return self.settings.budget_note
 
     @property
-    def fallback_models(self) -> tuple[str, ...]:
+    def fallbacks(self) -> tuple[str, ...]:
         """The names of the fallback models, in the order they are tried."""
-        fallbacks = self.settings.fallbacks
-        return () if fallbacks is None else tuple(c.name for c in fallbacks.models)
+        chain = self.settings.fallbacks
+        return () if chain is None else tuple(c.name for c in chain.models)
+
+    fallback_models = renamed_property(_NAME, "fallback_models", "fallbacks")
 
     # -- the run: stamp the deadline, say how it ended -----------------------------------------
 
@@ -363,17 +373,15 @@ def _ended(
     return gave_up(request.state, skipped(model_plan(settings, request.state, sync=False)))
 
 
-def _book_for_note(
-    book: object, fallback_models: object, budget_note: object
-) -> LatencyBook | None:
-    """`latency_book` checked: a book, read to choose a fallback or for the budget note."""
+def _book_for_note(book: object, fallbacks: object, budget_note: object) -> LatencyBook | None:
+    """`book` checked: a book, read to choose a fallback or for the budget note."""
     if book is None:
         return None
     if not isinstance(book, LatencyBook):
-        raise TypeError(f"latency_book must be a LatencyBook or None, got {show(book)}")
-    if fallback_models is None and budget_note is not True:
+        raise TypeError(f"book must be a LatencyBook or None, got {show(book)}")
+    if fallbacks is None and budget_note is not True:
         raise ValueError(
-            "latency_book is read to choose a fallback and for the budget note: "
-            "give fallback_models or budget_note=True too"
+            "book is read to choose a fallback and for the budget note: "
+            "give fallbacks or budget_note=True too"
         )
     return book

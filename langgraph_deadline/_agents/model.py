@@ -19,9 +19,9 @@ the model that answers says which model it stood in for and why (`StepRecord.not
 `AIMessage` says so in `response_metadata["langgraph_deadline"]`. `DeadlineMiddleware` calls
 its chain in `fallback_calls.py`, with the same choice (`pick`).
 
-One module because a budgeted model, its chain and the choice down the chain are one concept:
-the sync and async calls and the chain loop around them share the plan, the refusal and the
-outcome of one step, and checking a chain needs the wrapper that carries a model's own limits.
+Here too: `BudgetedModel`'s sync and async calls and the chain loop around them, which share
+the plan, the refusal and the outcome of one step, and `fallbacks_of`, which checks a chain
+with the wrapper that carries a model's own limits.
 """
 
 from __future__ import annotations
@@ -121,7 +121,6 @@ def fallbacks_of(
     book: object,
     quantile: object,
     min_samples: object,
-    book_label: str = "book",
     quantile_label: str = "quantile",
     chat_models: bool = False,
 ) -> Fallbacks | None:
@@ -136,7 +135,7 @@ def fallbacks_of(
     own).
     """
     if book is not None and not isinstance(book, LatencyBook):
-        raise TypeError(f"{book_label} must be a LatencyBook or None, got {show(book)}")
+        raise TypeError(f"book must be a LatencyBook or None, got {show(book)}")
     q = check_number(quantile, quantile_label, "a number in (0, 1)")
     if not 0.0 < q < 1.0:
         raise ValueError(f"{quantile_label} must be in (0, 1), got {show(quantile)}")
@@ -144,7 +143,7 @@ def fallbacks_of(
         raise ValueError(f"min_samples must be an int >= 1, got {show(min_samples)}")
     if models is None:
         if book is not None:
-            raise ValueError(f"{book_label} is only read to choose a fallback: give {label} too")
+            raise ValueError(f"book is only read to choose a fallback: give {label} too")
         return None
     if isinstance(models, str | bytes) or not isinstance(models, Sequence):
         raise TypeError(f"{label} must be a list of chat models, got {show(models)}")

@@ -14,9 +14,9 @@ from .._core.plan import Plan, plan_step
 from .._core.record import record_child
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
+from .._graph.answers import cut_answer
 from .._graph.seams import task_writer
 from .._graph.state import deadline_from_state, with_trace
-from .._tools.messages import answer, timeout_message, timeout_of, tool_facts
 from .._tools.tool import DeadlineTool
 from .settings import MiddlewareSettings
 
@@ -66,12 +66,8 @@ def ran_out(
 ) -> ToolResult:
     """The answer of a call that ran out: `timeout_message` for the model, with the facts."""
     call = request.tool_call
-    message = answer(
-        timeout_message(timeout_of(call["name"], plan, record)),
-        call_id=cast(str, call["id"]),  # ToolNode runs tool calls that have an id
-        tool=call["name"],
-        facts=tool_facts(record.status, record=record),
-    )
+    # ToolNode runs tool calls that have an id
+    message = cut_answer(cast(str, call["id"]), call["name"], plan, record)
     return _with_records(request, message, [*inner, record])
 
 

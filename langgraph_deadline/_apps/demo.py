@@ -40,14 +40,13 @@ from langgraph.prebuilt import ToolNode
 from .. import (
     DeadlineState,
     Hedge,
-    LatencyBook,
-    Learned,
     Outcome,
     budgeted_model,
     deadline_tools,
     with_deadlines,
 )
 from ..instrument import JsonlTraceWriter, set_observers
+from ..learn import LatencyBook, Learned
 from .demo_learned import learned_note, learned_rule, warm_up, warm_up_writer
 from .demo_output import Row, Span, answer_of, lookups_answered, plot, quiet_run_log, span_of, table
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from .. import LatencyBook, Learned, deadline_tools, learned
+from .. import deadline_tools
+from ..learn import LatencyBook, Learned, learned
 
 __all__ = [
     "HEADROOM",

@@ -13,8 +13,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 
-from .. import StepRecord, StepStatus, Terminal
+from .. import StepRecord, Terminal
 from .._report.trace import TraceRun
+from ..types import StepStatus
 
 __all__ = [
     "Row",

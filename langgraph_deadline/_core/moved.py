@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["moved", "renamed"]
+__all__ = ["moved", "renamed", "renamed_property"]
 
 
 def moved(module: str, name: str, moves: Mapping[str, str]) -> Any:
@@ -41,9 +41,12 @@ def moved(module: str, name: str, moves: Mapping[str, str]) -> Any:
     return getattr(importlib.import_module(home), name)
 
 
-def renamed(where: str, old: str, new: str, old_value: Any, new_value: Any) -> Any:
+def renamed(
+    where: str, old: str, new: str, old_value: Any, new_value: Any, *, why: str = ""
+) -> Any:
     """The value of keyword `new` of `where`, given as `new` or as its old name `old` (with a
-    DeprecationWarning on the caller's caller's line); `None` means not given.
+    DeprecationWarning on the caller's caller's line, saying `why` when given); `None` means not
+    given.
 
     Raises:
         TypeError: both were given.
@@ -53,9 +56,25 @@ def renamed(where: str, old: str, new: str, old_value: Any, new_value: Any) -> A
     if new_value is not None:
         raise TypeError(f"{where}: give {new}= only ({old}= is its old name)")
     warnings.warn(
-        f"{where}({old}=...) is now {where}({new}=...) (a step's limit is a cap; the old name "
+        f"{where}({old}=...) is now {where}({new}=...) ({why}{'; ' if why else ''}the old name "
         "goes in the next release)",
         DeprecationWarning,
         stacklevel=3,
     )
     return old_value
+
+
+def renamed_property(owner: str, old: str, new: str) -> Any:
+    """A read-only property for the old name `old` of `owner`'s property `new`: its value, with a
+    DeprecationWarning naming `new` on the reader's line."""
+
+    def read(self: Any) -> Any:
+        warnings.warn(
+            f"{owner}.{old} is now {owner}.{new} (the old name goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(self, new)
+
+    read.__doc__ = f"The old name of `{new}` (a DeprecationWarning; it goes in the next release)."
+    return property(read)

@@ -118,6 +118,7 @@ def step_fields(event: StepEvent) -> dict[str, Field]:
         "note": r.note,  # a learned refusal, in numbers
         "hedges": r.hedges,
         "winner": r.winner,
+        "hedge_held": r.hedge_held,  # why a wanted copy was not started: a fixed word
         "parent": r.parent,  # another step's name and start time
         "held_ms": r.held_ms,  # kept back for the steps that follow
     }

@@ -8,8 +8,8 @@
 - `run_step_end`, `RunAlarm`: the one instant the run's clamped steps end at, and the one timer
   for it (below).
 
-One module because it is one concept: a step is planned against its run, and the run holds the
-plans of its steps in flight, the instant they end at and the timer for that instant.
+A step is planned against its run, and the run holds the plans of its steps in flight, the
+instant they end at and the timer for that instant.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ from .._core.plan import Plan, RunTracker
 from .._core.record import commit_record
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal
 from .._core.run import StepResult
+from .answers import close_pending
 from .inputs import plain_input
-from .messages import close_pending, open_tool_calls
+from .messages import open_tool_calls
 from .retries import policies, retries_on, would_not_fit
 from .seams import DRAIN_REASON, drain, uncached
 from .settings import NodeSettings

@@ -22,9 +22,6 @@ reads its answer from that stream and its thread from that checkpoint. Without t
 as its thread's checkpoint: a served run re-queued after its worker died mid-node) is resumed
 by LangGraph whatever its input: its pending node is refused, and the run ends as a run drained
 at a step that ran out, its outcome in its thread.
-
-One module because these are one concept, a run of a wrapped graph: split by size, each part
-took the graph as its first argument and imported the others back.
 """
 
 from __future__ import annotations
@@ -56,6 +53,7 @@ from .._core.errors import DeadlineExceeded
 from .._core.plan import RUN_KEY, RunAlarm, RunTracker, run_step_end
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.validate import check_timestamp
+from .answers import answer_open_calls
 from .chunks import (
     NotedStream,
     closing,
@@ -65,7 +63,7 @@ from .chunks import (
     note_chunk,
 )
 from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
-from .messages import answer_open_calls, ending_messages, is_ending, messages_of
+from .messages import ending_messages, is_ending, messages_of
 from .node import unwrapped
 from .node_cache import deadline_cache
 from .retries import ain_run, enter_run, in_run, leave_run

@@ -1,26 +1,24 @@
-"""The messages a run that ran out of time leaves behind: an answer for every tool call still
-open (so the history stays valid for the next turn), and a short reply to the user."""
+"""The messages of a run that ran out of time: which tool calls are still open, the short reply
+to the user, and how both are marked and written (the answers the open calls get are built in
+`answers.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 from uuid import UUID, uuid4
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 
-from .._core.records import Outcome, StepRecord, StepStatus
-from .._core.timeouts import ToolTimeout, timeout_message, tool_facts
+from .._core.records import Outcome
 
 __all__ = [
     "CUT_SHORT",
     "ENDING",
     "ToolResults",
-    "answer",
     "answered",
     "as_ending",
-    "close_pending",
     "closing_reply",
     "closing_text",
     "ending_messages",
@@ -112,88 +110,6 @@ class ToolResults(BaseCallbackHandler):
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         if isinstance(output, ToolMessage) and output.tool_call_id:
             self.by_call[output.tool_call_id] = output
-
-
-def answer(
-    content: Any,
-    *,
-    call_id: str,
-    tool: str,
-    facts: dict[str, Any],
-    status: Literal["success", "error"] = "error",
-) -> ToolMessage:
-    """The `ToolMessage` answering tool call `call_id` in place of the tool, `facts` attached."""
-    return ToolMessage(
-        content=content,
-        tool_call_id=call_id,
-        name=tool,
-        status=status,
-        artifact={"langgraph_deadline": facts},
-    )
-
-
-def close_pending(
-    calls: Sequence[ToolCall],
-    record: StepRecord,
-    finished: Mapping[str, ToolMessage] | None = None,
-    *,
-    status: StepStatus | None = None,
-) -> list[ToolMessage]:
-    """An answer for each open tool call: the result it finished with, or the model-readable
-    timeout with `status="error"` for the calls the step `record` ended: cut in flight (its
-    status), or never started (`status=SKIPPED`, also the default for a step that was not cut).
-    """
-    left = record.remaining_ms / 1000.0 if record.remaining_ms is not None else None
-    how = status or (record.status if record.status.cut else StepStatus.SKIPPED)
-    started = how is not StepStatus.SKIPPED
-    answers: list[ToolMessage] = []
-    for call in calls:
-        done = (finished or {}).get(call["id"] or "")
-        if done is not None:
-            answers.append(done)
-            continue
-        info = ToolTimeout(
-            tool=call["name"],
-            status=how,
-            budget_s=record.allocated_ms / 1000.0 if started and record.allocated_ms else 0.0,
-            elapsed_s=record.elapsed_ms / 1000.0 if started else 0.0,
-            remaining_s=left,
-            min_viable_s=0.0,
-        )
-        answers.append(
-            answer(
-                timeout_message(info),
-                call_id=str(call["id"]),
-                tool=call["name"],
-                facts=tool_facts(how, record=record if started else None),
-            )
-        )
-    return answers
-
-
-def answer_open_calls(
-    messages: Sequence[BaseMessage], records: Sequence[StepRecord]
-) -> list[ToolMessage]:
-    """Answers for the tool calls a run left open when it was cancelled as a whole (the run's
-    backstop fired while the step answering them was still ending): the model-readable
-    timeout, as the step would have given it, from the last record of the run that ran out."""
-    calls = unanswered_tool_calls(messages)
-    if not calls:
-        return []
-    record = next((r for r in reversed(records) if r.status.ran_out), None)
-    if record is None:
-        record = StepRecord(
-            name="tools",
-            kind="node",
-            attempt=1,
-            remaining_ms=0.0,
-            requested_ms=None,
-            allocated_ms=0.0,
-            clamped=True,
-            elapsed_ms=0.0,
-            status=StepStatus.SKIPPED,
-        )
-    return close_pending(calls, record)
 
 
 def closing_text(messages: Sequence[BaseMessage]) -> str:

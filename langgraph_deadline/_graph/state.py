@@ -4,8 +4,8 @@ Each field has its own channel so that checkpoints hold plain data (floats, dict
 load under `LANGGRAPH_STRICT_MSGPACK=true` and without LangGraph's "unregistered type" warning,
 and they travel as JSON to `RemoteGraph` and LangGraph Server. In memory the fields are typed.
 
-One module because each field's reducer, channel and declaration are one contract (what a write
-does, what the checkpoint holds): split, a change to one could silently disagree with another.
+Each field's reducer, channel and declaration sit together: they are one contract (what a
+write does, what the checkpoint holds).
 """
 
 from __future__ import annotations

@@ -31,8 +31,7 @@ from .._core.record import record_child
 from .._core.records import StepRecord, StepStatus
 from .._core.rules import StepRule
 from .._core.run import StepResult, run_async, run_sync
-from .._core.timeouts import ToolTimeout, timeout_message, tool_facts
-from .messages import answer
+from .answers import cut_answer
 from .seams import PASSTHROUGH
 
 __all__ = ["capped_per_call", "is_tool_node"]
@@ -152,17 +151,4 @@ def _answer(request: ToolCallRequest, plan: Plan, result: StepResult[Result]) ->
 def _timed_out(request: ToolCallRequest, plan: Plan, record: StepRecord) -> ToolMessage:
     """The model-readable answer of a call stopped at its cap (or not started: no budget)."""
     call = request.tool_call
-    info = ToolTimeout(
-        tool=call["name"],
-        status=record.status,
-        budget_s=plan.budget,
-        elapsed_s=record.elapsed_ms / 1000.0,
-        remaining_s=plan.remaining,
-        min_viable_s=plan.min_viable,
-    )
-    return answer(
-        timeout_message(info),
-        call_id=str(call["id"]),
-        tool=call["name"],
-        facts=tool_facts(record.status, record=record),
-    )
+    return cut_answer(str(call["id"]), call["name"], plan, record)

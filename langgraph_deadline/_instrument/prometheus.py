@@ -30,6 +30,7 @@ class _Metrics:
     abandoned: Counter
     hedges: Counter
     hedge_wins: Counter
+    hedges_held: Counter
     tokens: Counter
     runs: Counter
 
@@ -51,6 +52,8 @@ class PrometheusObserver:
     - `<ns>_step_abandoned_total`, labels `step`, `kind`: sync work left running past its budget;
     - `<ns>_step_hedges_total`, labels `step`, `kind`: extra copies hedged calls started;
     - `<ns>_step_hedge_wins_total`, labels `step`, `kind`: hedged calls a later copy answered;
+    - `<ns>_step_hedges_held_total`, labels `step`, `kind`, `reason`: hedged calls whose next
+      copy was not started (`budget`, `outage`: hedging backed off, `time`);
     - `<ns>_tokens_after_deadline_total`, label `step`: see `count_tokens_after_deadline`;
     - `<ns>_runs_total`, label `terminal`.
 
@@ -95,6 +98,8 @@ class PrometheusObserver:
             m.hedges.labels(rec.name, rec.kind).inc(rec.hedges)
             if rec.winner:
                 m.hedge_wins.labels(rec.name, rec.kind).inc()
+        if rec.hedge_held is not None:
+            m.hedges_held.labels(rec.name, rec.kind, rec.hedge_held).inc()
 
     def on_run(self, event: RunEvent) -> None:
         self._metrics.runs.labels(event.outcome.terminal.value).inc()
@@ -163,6 +168,12 @@ def _make(registry: CollectorRegistry, ns: str, buckets: Sequence[float]) -> _Me
             f"{ns}_step_hedge_wins",
             "Hedged calls answered by a copy other than the first.",
             step_labels,
+            registry=registry,
+        ),
+        hedges_held=Counter(
+            f"{ns}_step_hedges_held",
+            "Hedged calls whose next copy was not started, by reason (budget, outage, time).",
+            (*step_labels, "reason"),
             registry=registry,
         ),
         tokens=Counter(

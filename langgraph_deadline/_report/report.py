@@ -76,6 +76,7 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
         for s in stats
     ]
     lines += ["", *_table(headers, rows), ""]
+    lines += _hedging(stats)
     lines.append(
         "used/budget: median elapsed / allocated budget. of run: mean share of the run's budget "
         "spent in the step per run."
@@ -87,6 +88,22 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
         f"{CAP_ROUNDING_MS:g} ms; >=: that p99 lies among the cut ones, which needed more."
     )
     return "\n".join(lines)
+
+
+def _hedging(stats: Sequence[StepStats]) -> list[str]:
+    """One line per hedged step: the extra copies, the calls a copy answered, those held back."""
+    out = []
+    for s in stats:
+        if not s.hedges and not s.held:
+            continue
+        line = (
+            f"hedged {s.name}: {s.hedges} extra copies for {s.count} calls "
+            f"({s.hedges / s.count:.1%}), {s.hedge_wins} answered by a later copy"
+        )
+        if s.held:
+            line += "; copies not started: " + ", ".join(f"{why} {n}" for why, n in s.held)
+        out.append(line)
+    return [*out, ""] if out else []
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -42,7 +42,9 @@ class StepStats:
     `recommended_cap_ms` is the p99 of the `healthy` samples (completed, nothing inside cut
     short, in completed runs) and of the times steps were cut short at (each needed more), times
     the headroom, rounded up to 10 ms; `cap_at_least` when that p99 lies among the cut ones
-    (the true value is more, and the cap is above it).
+    (the true value is more, and the cap is above it). `hedges`: extra copies its hedged calls
+    started, `hedge_wins`: calls a later copy answered, `held`: calls whose next copy was not
+    started, by reason (budget, outage, time).
     """
 
     name: str
@@ -59,6 +61,9 @@ class StepStats:
     healthy: int
     recommended_cap_ms: float | None
     cap_at_least: bool = False
+    hedges: int = 0
+    hedge_wins: int = 0
+    held: tuple[tuple[str, int], ...] = ()
 
 
 def step_stats(trace: Trace, *, headroom: float = 1.2) -> list[StepStats]:
@@ -113,6 +118,10 @@ def _stats(name: str, kind: str, items: list[_Item], headroom: float) -> StepSta
     # keeps it), so a step often cut short does not look fast.
     cut_at = [r.elapsed_ms for r, _, short in items if short and r.status is not StepStatus.SKIPPED]
     cap, at_least = _cap(healthy, cut_at, headroom)
+    held: dict[str, int] = {}
+    for rec, _, _ in items:
+        if rec.hedge_held is not None:
+            held[rec.hedge_held] = held.get(rec.hedge_held, 0) + 1
     return StepStats(
         name=name,
         kind=kind,
@@ -128,4 +137,7 @@ def _stats(name: str, kind: str, items: list[_Item], headroom: float) -> StepSta
         healthy=len(healthy),
         recommended_cap_ms=cap,
         cap_at_least=at_least,
+        hedges=sum(r.hedges for r, _, _ in items),
+        hedge_wins=sum(bool(r.hedges and r.winner) for r, _, _ in items),
+        held=tuple(sorted(held.items())),
     )

@@ -17,7 +17,7 @@ import threading
 import time
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import anyio
 
@@ -26,12 +26,20 @@ from .._core.cut import Cut
 from .._core.validate import check_cap, check_number, show
 from .._learn.book import LatencyBook
 
-__all__ = ["Copies", "Hedge", "HedgeBudget", "race"]
+__all__ = ["Copies", "Hedge", "HedgeBudget", "HeldBy", "race"]
+
+HeldBy = Literal["budget", "outage", "time"]
+"""Why a hedged call's next copy was not started: its tool's hedge budget was spent, its
+backend is slow for everyone (an outage), or the step's time left does not fit a typical call."""
 
 WINDOW_S: Final = 10
 """Seconds over which `HedgeBudget` counts calls and hedges (Finagle's retry budget's TTL)."""
 CLOSE_GRACE_S: Final = 0.05
 """The longest a call waits for its losing copies to close (they take a few ms)."""
+OUTAGE_CALLS: Final = 10
+"""About how many recent calls `HedgeBudget` tells a slow backend (an outage) from stragglers
+by: a moving average over them (and none is told before it has seen that many)."""
+_FIT: Final = 1.5  # under a deadline, the first copy starts by when this many typical calls fit
 _REFRESH: Final = 16  # work the learned delay out again when the samples grew by 1/16
 
 
@@ -48,10 +56,15 @@ class Hedge:
 
     A call that has not answered after `delay` seconds gets one more identical copy (up to
     `max_copies` in all, one per further `delay`), if the step's budget left still fits a
-    typical call and the tool's `HedgeBudget` allows it. `delay` is the `book`'s learned
+    typical call and the tool's `HedgeBudget` allows it. Under a deadline the first copy starts
+    sooner when waiting for `delay` would leave less than 1.5 typical calls (but never before
+    one typical call has passed). `delay` is the `book`'s learned
     `quantile` of the tool's latency once it has `min_samples` samples, else `after`; with
     neither, the call is not hedged. Extra copies are at most `budget` x the calls plus
-    `floor_per_s` per second, over the last 10 s. The run's deadline bounds every copy.
+    `floor_per_s` per second, over the last 10 s. While more than `outage_share` of the tool's
+    recent calls (a moving average over about the last 10) ran past their delay, the backend is
+    slow for everyone and hedging backs off (no copy starts; None: never). The run's deadline
+    bounds every copy.
 
     ```python
     book = LatencyBook()
@@ -59,8 +72,9 @@ class Hedge:
     ```
 
     Raises:
-        ValueError: neither `after` nor `book`; a `quantile` or `budget` outside (0, 1); a
-            negative `floor_per_s`; `min_samples` below 1; `max_copies` below 2; a bad `after`.
+        ValueError: neither `after` nor `book`; a `quantile` or `budget` outside (0, 1); an
+            `outage_share` outside (0, 1]; a negative `floor_per_s`; `min_samples` below 1;
+            `max_copies` below 2; a bad `after`.
         TypeError: `book` is not a `LatencyBook`, a number of the wrong type.
     """
 
@@ -71,6 +85,7 @@ class Hedge:
     budget: float = 0.05
     floor_per_s: float = 1.0
     max_copies: int = 2
+    outage_share: float | None = 0.5
     _memo: dict[str, _Learned] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -87,6 +102,11 @@ class Hedge:
             if not 0.0 < p < 1.0:
                 raise ValueError(f"{name} must be in (0, 1), got {show(getattr(self, name))}")
             object.__setattr__(self, name, p)
+        if self.outage_share is not None:
+            share = check_number(self.outage_share, "outage_share", "a number in (0, 1]")
+            if not 0.0 < share <= 1.0:
+                raise ValueError(f"outage_share must be in (0, 1], got {show(self.outage_share)}")
+            object.__setattr__(self, "outage_share", share)
         floor = check_number(self.floor_per_s, "floor_per_s", "hedges per second")
         if floor < 0.0:
             raise ValueError(f"floor_per_s must be >= 0, got {show(self.floor_per_s)}")
@@ -129,20 +149,41 @@ class Hedge:
 
 class HedgeBudget:
     """The extra load one tool's hedges may add (Finagle's retry budget): over the last
-    `WINDOW_S` seconds, hedges <= `budget` x calls + `floor_per_s` x `WINDOW_S`. Counted in
-    one-second slots under a lock; `clock` is monotonic seconds."""
+    `WINDOW_S` seconds, hedges <= `budget` x calls + `floor_per_s` x `WINDOW_S`; and whether its
+    backend is down (slow for everyone): more than `outage_share` of its recent calls, a moving
+    average over about the last `OUTAGE_CALLS` (once it has seen that many), ran past their
+    hedge delay. Counted under a lock; `clock` is monotonic seconds."""
 
-    __slots__ = ("_calls", "_clock", "_floor", "_hedges", "_lock", "_ratio", "_slots")
+    __slots__ = (
+        "_calls",
+        "_clock",
+        "_floor",
+        "_hedges",
+        "_late",
+        "_lock",
+        "_outage",
+        "_ratio",
+        "_seen",
+        "_slots",
+    )
 
     def __init__(
-        self, *, budget: float, floor_per_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        budget: float,
+        floor_per_s: float,
+        outage_share: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ratio = budget
         self._floor = floor_per_s * WINDOW_S
+        self._outage = outage_share
         self._clock = clock
         self._slots = [-1] * WINDOW_S  # the second each slot counts
         self._calls = [0] * WINDOW_S
         self._hedges = [0] * WINDOW_S
+        self._late = 0.0  # the recent calls' share that ran past their delay (moving average)
+        self._seen = 0  # calls that told on time from late, up to OUTAGE_CALLS
         self._lock = threading.Lock()
 
     def _slot(self) -> tuple[int, int]:
@@ -161,23 +202,41 @@ class HedgeBudget:
             _, i = self._slot()
             self._calls[i] += 1
 
-    def withdraw(self) -> bool:
-        """A hedge wants to start: True (and counted) if the window allows one more."""
+    def tell(self, *, late: bool) -> None:
+        """A call answered before its hedge delay (`late` False), or ran past it."""
         with self._lock:
+            self._tell(1.0 if late else 0.0)
+
+    def withdraw(self, *, first: bool = True) -> HeldBy | None:
+        """A call ran past its delay and wants one more copy: None if it may start one (and
+        the copy is counted), else why not (`"outage"`, `"budget"`). Only a call's `first`
+        wish tells it was late."""
+        with self._lock:
+            if first:
+                self._tell(1.0)
+            down = self._outage is not None and self._late > self._outage
+            if down and self._seen >= OUTAGE_CALLS:
+                return "outage"
             second, i = self._slot()
             allowed = self._ratio * self._live(self._calls, second) + self._floor
             if self._live(self._hedges, second) + 1 > allowed:
-                return False
+                return "budget"
             self._hedges[i] += 1
-            return True
+            return None
+
+    def _tell(self, late: float) -> None:
+        self._seen = min(OUTAGE_CALLS, self._seen + 1)
+        self._late += (late - self._late) / self._seen
 
 
 @dataclasses.dataclass(slots=True)
 class Copies:
-    """How one call was hedged: copies started (over its attempts), which one answered."""
+    """How one call was hedged: copies started (over its attempts), which one answered, and
+    why a copy it wanted was not started (the last reason, None when none was held back)."""
 
     started: int = 0
     winner: int | None = None
+    held: HeldBy | None = None
 
 
 async def race(
@@ -189,8 +248,10 @@ async def race(
     copies: Copies,
 ) -> Any:
     """`call()` hedged: copy 0 now, one more after each `hedge.delay(name)` while none has
-    answered (up to `max_copies`, while `budget` allows and the step's time left fits a typical
-    call). The first copy to return wins; the others are cancelled and have closed before this
+    answered (the first sooner when the step's time left would then be under `_FIT` typical
+    calls; up to `max_copies`, while `budget` allows and the step's time left fits a typical
+    call). The first copy to return wins; the others are cancelled the moment it returns (from
+    the winning copy itself, before its answer travels back here) and have closed before this
     returns. A copy that raises leaves the others running; when every copy raised, the first
     error is raised. Runs inside the step's guard: when it is cut, every copy is cancelled.
 
@@ -205,75 +266,124 @@ async def race(
         copies.started += 1
         return await call()
     delay = hedge.delay(name)
-    tasks: list[asyncio.Task[Any]] = []
-    cuts: dict[int, Cut] = {}
+    field = _Field(loop)
 
-    def start() -> None:
+    def start() -> asyncio.Task[Any]:
         copies.started += 1
-        task = loop.create_task(_copy(call, cuts, len(tasks)))
-        task.add_done_callback(_retrieve)  # a loser's error is never "never retrieved"
-        tasks.append(task)
+        return field.start(call)
 
     error: BaseException | None = None
+    told = False  # whether the call told the budget it ran past its delay, or not
     try:
-        start()
-        pending = set(tasks)
-        next_at = None if delay is None else loop.time() + delay
+        pending = {start()}
+        started_at = loop.time()
+        due = first_due = None if delay is None else started_at + delay
+        # Under a deadline, the first copy starts no later than when the time left is
+        # `_FIT` typical calls (once a typical call's time has passed: a copy sent sooner is no
+        # better than the first): later, it would likely answer after the deadline, and below
+        # one typical call it is not sent at all. A library that knows nothing of the time left
+        # waits for its delay all the same.
+        typical = hedge.typical(name)
+        next_at = due if due is None or not typical else min(due, started_at + _latest(typical))
         while pending:
             wait = None if next_at is None else max(0.0, next_at - loop.time())
             done, pending = await asyncio.wait(pending, timeout=wait, return_when=FIRST_COMPLETED)
-            for task in sorted(done, key=tasks.index):
-                if task.cancelled():  # by the loop shutting down: no answer from it
-                    continue
-                if task.exception() is None:
-                    copies.winner = tasks.index(task)
-                    return task.result()
-                error = error or task.exception()
-            if done or next_at is None:
+            if field.winner is not None:
+                if first_due is not None and not told:
+                    budget.tell(late=loop.time() >= first_due)
+                copies.winner = field.winner
+                return field.tasks[field.winner].result()
+            for task in sorted(done, key=field.tasks.index):
+                if not task.cancelled():  # cancelled: by the loop shutting down
+                    error = error or task.exception()
+            if done or next_at is None or due is None or first_due is None:
                 continue
-            if len(tasks) >= hedge.max_copies or remaining() < hedge.typical(name):
+            first = not told and loop.time() >= first_due  # it ran past its delay: it tells so
+            told = told or first
+            if len(field.tasks) >= hedge.max_copies:
                 next_at = None
-            elif budget.withdraw():
-                start()
-                pending.add(tasks[-1])
-                next_at = None if delay is None else next_at + delay
+            elif (held := _held(hedge, name, budget, first=first)) is not None:
+                copies.held, next_at = held, None
             else:
-                next_at = None
+                pending.add(start())
+                due += delay if delay is not None else 0.0
+                next_at = due
         assert error is not None
         raise error
     finally:
-        await _stop(tasks, cuts)
+        await field.stop()
+
+
+def _latest(typical: float) -> float:
+    """Seconds from now until the step's time left is `_FIT` x `typical`, but at least
+    `typical` (inf without a deadline)."""
+    return max(typical, remaining() - _FIT * typical)
+
+
+def _held(hedge: Hedge, name: str, budget: HedgeBudget, *, first: bool) -> HeldBy | None:
+    """Why the call's next copy may not start (None: it may, and it is counted); `first`: the
+    call has just run past its delay (it tells the budget it was late)."""
+    if remaining() < hedge.typical(name):
+        return "time"
+    return budget.withdraw(first=first)
 
 
 class _Lost(Exception):
     """A copy cancelled because another answered (or the step ended)."""
 
 
-async def _copy(call: Callable[[], Awaitable[Any]], cuts: dict[int, Cut], i: int) -> Any:
-    """One copy of the call, cancellable once through `cuts[i]`."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task(loop)
-    assert task is not None
-    with Cut(loop, task) as cut:
-        cuts[i] = cut
-        return await call()
-    raise _Lost  # reached only when the cut swallowed its own cancellation
+class _Field:
+    """One call's copies: each a task under a `Cut` of its own (cancellable once); the first
+    to return cancels the others at once."""
 
+    __slots__ = ("cuts", "loop", "tasks", "winner")
 
-async def _stop(tasks: list[asyncio.Task[Any]], cuts: dict[int, Cut]) -> None:
-    """Cancel the copies still running (each once) and wait, shielded, for them to close
-    (at most `CLOSE_GRACE_S`: a copy that ignores its cancellation is left to end alone); a
-    copy that has not started yet is cancelled before it runs (it has sent nothing)."""
-    running = [t for t in tasks if not t.done()]
-    for task in running:
-        cut = cuts.get(tasks.index(task))
-        if cut is None:
-            task.cancel()
-        else:
-            cut.cancel()
-    if running:
-        with anyio.move_on_after(CLOSE_GRACE_S, shield=True):
-            await asyncio.wait(running)
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.cuts: dict[int, Cut] = {}
+        self.winner: int | None = None
+
+    def start(self, call: Callable[[], Awaitable[Any]]) -> asyncio.Task[Any]:
+        task = self.loop.create_task(self._copy(call, len(self.tasks)))
+        task.add_done_callback(_retrieve)  # a loser's error is never "never retrieved"
+        self.tasks.append(task)
+        return task
+
+    async def _copy(self, call: Callable[[], Awaitable[Any]], i: int) -> Any:
+        task = asyncio.current_task(self.loop)
+        assert task is not None
+        with Cut(self.loop, task) as cut:
+            self.cuts[i] = cut
+            value = await call()
+            if self.winner is None:
+                self.winner = i
+                self.cancel(but=i)  # now: the losers' sockets close in this loop iteration
+            return value
+        raise _Lost  # reached only when the cut swallowed its own cancellation
+
+    def cancel(self, *, but: int | None = None) -> list[asyncio.Task[Any]]:
+        """Cancel every copy still running but `but` (each once); a copy that has not started
+        yet is cancelled before it runs (it has sent nothing). Returns those cancelled."""
+        running = []
+        for i, task in enumerate(self.tasks):
+            if i == but or task.done():
+                continue
+            running.append(task)
+            cut = self.cuts.get(i)
+            if cut is None:
+                task.cancel()
+            else:
+                cut.cancel()
+        return running
+
+    async def stop(self) -> None:
+        """Cancel the copies still running and wait, shielded, for them to close (at most
+        `CLOSE_GRACE_S`: a copy that ignores its cancellation is left to end alone)."""
+        running = self.cancel()
+        if running:
+            with anyio.move_on_after(CLOSE_GRACE_S, shield=True):
+                await asyncio.wait(running)
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

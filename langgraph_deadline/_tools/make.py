@@ -1,8 +1,8 @@
 """The public constructors of deadline tools: `deadline_tool` (the `@tool` drop-in, and a
 wrapper for any `BaseTool`) and `deadline_tools` (several tools from one table of caps).
 
-One module because `deadline_tool`'s three typed call forms (the overloads) repeat every option
-of `@tool` and of ours: split, each form would live apart from the function it types.
+`deadline_tool`'s three typed call forms (the overloads), each repeating every option of
+`@tool` and of ours, sit beside the function they type.
 """
 
 from __future__ import annotations
@@ -17,16 +17,18 @@ from langchain_core.tools.base import ArgsSchema
 
 from .._core.moved import renamed
 from .._core.rules import StepRule
+from .._core.timeouts import ToolTimeout
 from .._core.validate import check_limit, check_mapping, show
 from .._retry.retry import RetryOn
 from .cache import StaleCache
 from .hedge import Hedge
-from .messages import ToolTimeout
 from .options import ToolOptions, check_cache, check_hedge, check_namespace
 from .stale import Namespace
 from .tool import DeadlineTool
 
 __all__ = ["deadline_tool", "deadline_tools"]
+
+_CAP = "a step's limit is a cap"  # why `timeout=` and `default=` were renamed
 
 
 def _make(inner: BaseTool, options: ToolOptions) -> DeadlineTool:
@@ -187,7 +189,7 @@ def deadline_tool(
             whatever `@tool` raises for the same arguments.
     """
     options = ToolOptions(
-        cap=renamed("deadline_tool", "timeout", "cap", timeout, cap),
+        cap=renamed("deadline_tool", "timeout", "cap", timeout, cap, why=_CAP),
         min_viable=min_viable,
         read_only=read_only,
         side_effect=side_effect,
@@ -300,7 +302,7 @@ def deadline_tools(
                 f"tools[{i}] must be a tool or a function, got {type(t).__name__}: {show(t)}"
             )
     default = check_limit(
-        renamed("deadline_tools", "default", "default_cap", default, default_cap),
+        renamed("deadline_tools", "default", "default_cap", default, default_cap, why=_CAP),
         "default_cap" if default is None else "default",
     )
     caps = {

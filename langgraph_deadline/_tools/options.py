@@ -8,10 +8,10 @@ from typing import Any
 
 from .._core.rules import StepRule
 from .._core.validate import ceiling_of, check_flag, check_limit, check_viable, floor_of, show
+from .._graph.answers import Message
 from .._retry.policy import RetryOn, retry_predicate
 from .cache import StaleCache
 from .hedge import Hedge
-from .messages import Message
 from .stale import Namespace
 
 __all__ = ["ToolOptions", "check_cache", "check_hedge", "check_namespace"]

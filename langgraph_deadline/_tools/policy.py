@@ -84,12 +84,13 @@ def account(result: StepResult[Any], tries: Tries, *, side_effect: bool) -> Step
 
 def hedged(result: StepResult[Any], tries: Tries, copies: Copies) -> StepResult[Any]:
     """The call's record says how many extra copies its attempts started and, when one
-    answered, which (0: the first copy of its attempt)."""
+    answered, which (0: the first copy of its attempt); and why a copy it wanted was not
+    started (`held`)."""
     extra = max(0, copies.started - tries.started)
-    if extra == 0:
+    if extra == 0 and copies.held is None:
         return result
-    winner = copies.winner if result.status is StepStatus.COMPLETED else None
-    rec = dataclasses.replace(result.record, hedges=extra, winner=winner)
+    winner = copies.winner if result.status is StepStatus.COMPLETED and extra else None
+    rec = dataclasses.replace(result.record, hedges=extra, winner=winner, hedge_held=copies.held)
     return StepResult(rec, result.value, result.error)
 
 

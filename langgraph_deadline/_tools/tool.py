@@ -1,14 +1,14 @@
 """`DeadlineTool`: a tool that takes its time from the run's deadline and answers the model in
 words when it runs out, instead of raising.
 
-One module because a `BaseTool` subclass's sync and async calls, its stale answers and the
-fields it hands to the tool it wraps are one class: the rules themselves live beside it.
+The class holds a `BaseTool`'s sync and async calls, its stale answers and the fields it hands
+to the tool it wraps; the rules live beside it (`policy`, `stale`, `hedge`), and its answers
+when it runs out are built in `_graph/answers.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
@@ -17,17 +17,18 @@ from langchain_core.tools import BaseTool, Tool
 from pydantic import ConfigDict, InstanceOf, PrivateAttr
 
 from .._core.errors import DeadlineExceeded
+from .._core.moved import renamed_property
 from .._core.plan import Plan, plan_step, run_from_config
 from .._core.record import record_child
 from .._core.records import StepStatus
 from .._core.rules import StepRule
 from .._core.run import StepResult, run_async, run_sync
+from .._graph.answers import Message, cut_answer, cut_text, stale_answer
 from .._graph.seams import PASSTHROUGH
 from .._retry.policy import RetryOn
 from . import policy, stale
 from .cache import StaleCache
 from .hedge import Copies, Hedge, HedgeBudget, race
-from .messages import Message, answer, render, timeout_of, tool_facts
 from .options import ToolOptions
 
 __all__ = ["DeadlineTool"]
@@ -68,15 +69,7 @@ class DeadlineTool(BaseTool):
         """Each call's cap (`deadline_tool(cap=)`)."""
         return self.options.cap
 
-    @property
-    def timeout(self) -> float | StepRule | None:
-        """The old name of `cap` (a DeprecationWarning; it goes in the next release)."""
-        warnings.warn(
-            "DeadlineTool.timeout is now DeadlineTool.cap (the old name goes in the next release)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.options.cap
+    timeout = renamed_property("DeadlineTool", "timeout", "cap")
 
     @property
     def min_viable(self) -> float | StepRule:
@@ -271,7 +264,9 @@ class DeadlineTool(BaseTool):
         opts = self.options.hedge
         assert opts is not None
         if self._hedge_budget is None:
-            self._hedge_budget = HedgeBudget(budget=opts.budget, floor_per_s=opts.floor_per_s)
+            self._hedge_budget = HedgeBudget(
+                budget=opts.budget, floor_per_s=opts.floor_per_s, outage_share=opts.outage_share
+            )
         spent = self._hedge_budget
         return await race(copy, name=self.name, hedge=opts, budget=spent, copies=copies)
 
@@ -307,8 +302,15 @@ class DeadlineTool(BaseTool):
             )
             if call_id is None:
                 return content
-            facts = tool_facts(status, record=rec, error=error, age_s=age)
-            return answer(content, call_id=call_id, tool=self.name, facts=facts, status="success")
+            return stale_answer(
+                content,
+                call_id=call_id,
+                tool=self.name,
+                status=status,
+                record=rec,
+                error=error,
+                age_s=age,
+            )
         record_child(rec, run)
         sent = rec.side_effect_started and self.options.idempotency_key is None
         if error is not None and not sent:
@@ -317,13 +319,10 @@ class DeadlineTool(BaseTool):
             # A write whose request may have left: answered, never raised, so that no retry
             # layer (a node's RetryPolicy included) sends it again.
             status = StepStatus.FAILED
-        text = render(self.options.message, timeout_of(self.name, plan, rec, status=status))
+        words = self.options.message
         if call_id is None:
-            return text
-        facts = tool_facts(
-            status, record=rec, error=error, side_effect_started=rec.side_effect_started
-        )
-        return answer(text, call_id=call_id, tool=self.name, facts=facts)
+            return cut_text(self.name, plan, rec, status=status, message=words)
+        return cut_answer(call_id, self.name, plan, rec, status=status, error=error, message=words)
 
     # -- the stale cache ---------------------------------------------------------------------------
 

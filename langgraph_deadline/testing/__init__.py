@@ -1,4 +1,5 @@
-"""Tools to prove cancellation in your own graphs: a manual clock and loopback servers that report
+"""Tools to prove cancellation in your own graphs: clocks (the `Clock` a `Deadline` reads, the
+real `SystemClock`, a `ManualClock` that moves only when told) and loopback servers that report
 what they saw (was the connection closed? how many tokens were sent after the deadline?).
 
 `FakeOpenAIServer` needs the `asgi` extra (starlette, uvicorn); it is imported on first use.
@@ -7,7 +8,7 @@ what they saw (was the connection closed? how many tokens were sent after the de
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .._core.clock import ManualClock
+from .._core.clock import Clock, ManualClock, SystemClock
 from ._quiet import RecordingServer, assert_nothing_sent_after, await_nothing_sent_after
 from ._slow_server import ServedRequest, SlowServer
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChatReply",
+    "Clock",
     "FakeOpenAIServer",
     "ManualClock",
     "RecordingServer",
@@ -25,6 +27,7 @@ __all__ = [
     "ServedChatRequest",
     "ServedRequest",
     "SlowServer",
+    "SystemClock",
     "assert_nothing_sent_after",
     "await_nothing_sent_after",
 ]

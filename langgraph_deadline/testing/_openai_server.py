@@ -7,8 +7,8 @@ ask: did the client go away, when, and how many token chunks were sent after a g
 
 Each response is an `Exchange`, in the OpenAI wire format: the wait before the first byte, the
 JSON completion or the SSE stream of chunks (stopped at `max_tokens`), the JSON errors, and the
-disconnect watch. One module because the server and its responses share one state (the requests
-seen, what was sent, whether the client is gone or the server is stopping).
+disconnect watch. The server and its responses share one state (the requests seen, what was
+sent, whether the client is gone or the server is stopping).
 
 Starlette and uvicorn are imported only when a server starts, so importing this module (and
 `langgraph_deadline.testing`) does not need them.

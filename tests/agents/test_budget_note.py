@@ -10,9 +10,9 @@ import re
 import pytest
 from langchain.agents import create_agent
 
-from langgraph_deadline import LatencyBook
 from langgraph_deadline._agents.note import budget_note
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall
 from tests.agents.support import ask, orders
 from tests.chat_models import openai_chat as chat
@@ -45,7 +45,7 @@ async def test_each_model_call_is_told_its_time_left_and_the_tools_learned_times
         ChatReply.tool_calls(ScriptedToolCall("orders", {"query": "42"})),
         ChatReply.text("Order 42 shipped on Monday.", delay=0.3),
     )
-    middleware = DeadlineMiddleware(timeout=5.0, budget_note=True, latency_book=book)
+    middleware = DeadlineMiddleware(timeout=5.0, budget_note=True, book=book)
     agent = create_agent(
         chat(server), [orders], system_prompt="You are a shop assistant.", middleware=[middleware]
     )
@@ -66,7 +66,7 @@ async def test_a_cold_book_gives_the_time_only_and_no_note_is_the_default(
     book = LatencyBook(listen=False)
     book.record("tool", "orders", 0.3)  # one sample: not enough to tell the model
     server.enqueue(ChatReply.text("one"), ChatReply.text("two"))
-    noted = DeadlineMiddleware(timeout=5.0, budget_note=True, latency_book=book)
+    noted = DeadlineMiddleware(timeout=5.0, budget_note=True, book=book)
     await create_agent(chat(server), [orders], middleware=[noted]).ainvoke(ask())
     note = _system(server, 0)
     assert note is not None and LEFT.search(note) and "Tool calls" not in note
@@ -79,7 +79,7 @@ async def test_a_cold_book_gives_the_time_only_and_no_note_is_the_default(
 def test_bad_note_settings_are_refused_naming_the_argument() -> None:
     with pytest.raises(TypeError, match="budget_note must be a bool"):
         DeadlineMiddleware(budget_note=1)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="latency_book must be a LatencyBook"):
-        DeadlineMiddleware(budget_note=True, latency_book={})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="give fallback_models or budget_note=True"):
-        DeadlineMiddleware(latency_book=LatencyBook(listen=False))
+    with pytest.raises(TypeError, match="book must be a LatencyBook"):
+        DeadlineMiddleware(budget_note=True, book={})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="give fallbacks or budget_note=True"):
+        DeadlineMiddleware(book=LatencyBook(listen=False))

@@ -8,7 +8,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from langgraph_deadline import StepStatus, Terminal, deadline_scope
+from langgraph_deadline import Terminal, deadline_scope
 from langgraph_deadline._agents.closing import give_up
 from langgraph_deadline._graph.messages import CUT_SHORT
 from langgraph_deadline.agents import DeadlineMiddleware
@@ -17,6 +17,7 @@ from langgraph_deadline.testing import (
     FakeOpenAIServer,
     ScriptedToolCall,
 )
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import MARGIN, ask, assert_valid_history, hang, orders
 from tests.chat_models import openai_chat as chat
 from tests.records import model_record

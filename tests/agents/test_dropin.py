@@ -25,8 +25,9 @@ from langgraph.errors import GraphRecursionError
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from langgraph_deadline import StepStatus, Terminal, with_deadlines
+from langgraph_deadline import Terminal, with_deadlines
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import ask
 from tests.chat_models import ScriptedChatModel
 

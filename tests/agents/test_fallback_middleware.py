@@ -1,4 +1,4 @@
-"""`DeadlineMiddleware(fallback_models=[...])`: a `create_agent` agent's model calls go to a
+"""`DeadlineMiddleware(fallbacks=[...])`: a `create_agent` agent's model calls go to a
 faster model when the agent's own would not fit the deadline, failed, or was cut at its cap;
 never past the deadline. Real `ChatOpenAI`s against local streaming servers: a slow main
 (`gpt-slow`) and a fast fallback (`gpt-fast`)."""
@@ -14,9 +14,11 @@ from langchain.agents.middleware import ModelFallbackMiddleware
 from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
-from langgraph_deadline import LatencyBook, StepStatus, Terminal, budgeted_model, deadline_scope
+from langgraph_deadline import Terminal, budgeted_model, deadline_scope
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, await_nothing_sent_after
+from langgraph_deadline.types import StepStatus
 
 from .support import MARGIN, SLOW, ask, assert_valid_history, deadline_of, orders
 from .support import chat_named as chat
@@ -45,8 +47,8 @@ async def test_an_agent_model_the_book_says_is_too_slow_is_passed_over_for_the_f
         middleware=[
             DeadlineMiddleware(
                 timeout=2.0,
-                fallback_models=[chat(fast, "gpt-fast")],
-                latency_book=book_of(3.0),
+                fallbacks=[chat(fast, "gpt-fast")],
+                book=book_of(3.0),
             )
         ],
     )
@@ -74,7 +76,7 @@ async def test_a_provider_error_with_time_left_falls_back_inside_the_deadline(
     agent = create_agent(
         chat(slow, "gpt-slow", max_retries=0),
         [],
-        middleware=[DeadlineMiddleware(timeout=3.0, fallback_models=[chat(fast, "gpt-fast")])],
+        middleware=[DeadlineMiddleware(timeout=3.0, fallbacks=[chat(fast, "gpt-fast")])],
     )
     out = await agent.ainvoke(ask())
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED
@@ -92,7 +94,7 @@ async def test_an_agent_model_cut_at_its_cap_leaves_the_rest_to_the_fallback(
         chat(slow, "gpt-slow"),
         [],
         middleware=[
-            DeadlineMiddleware(timeout=5.0, model_cap=0.5, fallback_models=[chat(fast, "gpt-fast")])
+            DeadlineMiddleware(timeout=5.0, model_cap=0.5, fallbacks=[chat(fast, "gpt-fast")])
         ],
     )
     t0 = time.monotonic()
@@ -113,9 +115,7 @@ async def test_nothing_runs_past_the_deadline_when_the_fallback_is_slow_too(
             chat(slow, "gpt-slow"),
             [],
             middleware=[
-                DeadlineMiddleware(
-                    timeout=1.2, model_cap=0.4, fallback_models=[chat(second, "gpt-fast")]
-                )
+                DeadlineMiddleware(timeout=1.2, model_cap=0.4, fallbacks=[chat(second, "gpt-fast")])
             ],
         )
         out = await agent.ainvoke(ask())
@@ -136,9 +136,7 @@ async def test_when_no_model_can_start_the_agent_ends_without_a_request(
     agent = create_agent(
         chat(slow, "gpt-slow"),
         [],
-        middleware=[
-            DeadlineMiddleware(timeout=5.0, model_min_viable=1.0, fallback_models=[fallback])
-        ],
+        middleware=[DeadlineMiddleware(timeout=5.0, model_min_viable=1.0, fallbacks=[fallback])],
     )
     with deadline_scope(0.5):  # the caller has half a second: no model's min_viable fits
         out = await agent.ainvoke(ask())
@@ -159,8 +157,8 @@ async def test_next_to_langchains_model_fallback_middleware_its_backup_answers_e
             middleware=[
                 DeadlineMiddleware(
                     timeout=2.0,
-                    fallback_models=[chat(fast, "gpt-fast", max_retries=0)],
-                    latency_book=book_of(3.0),
+                    fallbacks=[chat(fast, "gpt-fast", max_retries=0)],
+                    book=book_of(3.0),
                 ),
                 ModelFallbackMiddleware(chat(backup, "gpt-backup")),
             ],
@@ -182,7 +180,7 @@ def test_sync_agents_fall_back_after_a_provider_error(
     agent = create_agent(
         chat(slow, "gpt-slow", max_retries=0),
         [],
-        middleware=[DeadlineMiddleware(timeout=3.0, fallback_models=[chat(fast, "gpt-fast")])],
+        middleware=[DeadlineMiddleware(timeout=3.0, fallbacks=[chat(fast, "gpt-fast")])],
     )
     out = agent.invoke(ask())
     assert models(out) == [("model", StepStatus.FAILED), ("gpt-fast", StepStatus.COMPLETED)]
@@ -191,21 +189,44 @@ def test_sync_agents_fall_back_after_a_provider_error(
 
 def test_bad_fallback_settings_are_refused_when_made_naming_the_argument() -> None:
     fast = ChatOpenAI(api_key=SecretStr("test"), model="gpt-fast")
-    with pytest.raises(ValueError, match="fallback_models is empty"):
-        DeadlineMiddleware(fallback_models=[])
-    with pytest.raises(TypeError, match=r"fallback_models\[0\] must be a chat model"):
-        DeadlineMiddleware(fallback_models=["gpt-4o-mini"])  # type: ignore[list-item]
-    with pytest.raises(ValueError, match=r"fallback_models\[1\] is named 'gpt-fast'"):
-        DeadlineMiddleware(fallback_models=[fast, fast])
-    with pytest.raises(ValueError, match=r"fallback_models\[0\] is named 'model'"):
-        DeadlineMiddleware(fallback_models=[budgeted_model(fast, name="model")])
-    with pytest.raises(ValueError, match="latency_book is read to choose a fallback"):
-        DeadlineMiddleware(latency_book=LatencyBook(listen=False))
+    with pytest.raises(ValueError, match="fallbacks is empty"):
+        DeadlineMiddleware(fallbacks=[])
+    with pytest.raises(TypeError, match=r"fallbacks\[0\] must be a chat model"):
+        DeadlineMiddleware(fallbacks=["gpt-4o-mini"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"fallbacks\[1\] is named 'gpt-fast'"):
+        DeadlineMiddleware(fallbacks=[fast, fast])
+    with pytest.raises(ValueError, match=r"fallbacks\[0\] is named 'model'"):
+        DeadlineMiddleware(fallbacks=[budgeted_model(fast, name="model")])
+    with pytest.raises(ValueError, match="book is read to choose a fallback"):
+        DeadlineMiddleware(book=LatencyBook(listen=False))
     with pytest.raises(ValueError, match="fallback_quantile must be in"):
-        DeadlineMiddleware(fallback_models=[fast], fallback_quantile=0.0)
-    with pytest.raises(TypeError, match=r"fallback_models\[0\] must be a chat model"):
-        DeadlineMiddleware(fallback_models=[budgeted_model(fast.bind_tools([orders]))])
-    assert DeadlineMiddleware(fallback_models=[fast]).fallback_models == ("gpt-fast",)
+        DeadlineMiddleware(fallbacks=[fast], fallback_quantile=0.0)
+    with pytest.raises(TypeError, match=r"fallbacks\[0\] must be a chat model"):
+        DeadlineMiddleware(fallbacks=[budgeted_model(fast.bind_tools([orders]))])
+    assert DeadlineMiddleware(fallbacks=[fast]).fallbacks == ("gpt-fast",)
+
+
+def test_the_old_names_fallback_models_and_latency_book_work_with_a_warning_naming_the_new() -> (
+    None
+):
+    fast = ChatOpenAI(api_key=SecretStr("test"), model="gpt-fast")
+    book = LatencyBook(listen=False)
+    with pytest.warns(DeprecationWarning, match="is now DeadlineMiddleware") as warned:
+        old = DeadlineMiddleware(fallback_models=[fast], latency_book=book)
+    assert [str(w.message).split(" (")[0] for w in warned] == [
+        "DeadlineMiddleware(fallback_models=...) is now DeadlineMiddleware(fallbacks=...)",
+        "DeadlineMiddleware(latency_book=...) is now DeadlineMiddleware(book=...)",
+    ]
+    assert [w.filename for w in warned] == [__file__, __file__]  # the caller's line
+    new = DeadlineMiddleware(fallbacks=[fast], book=book)
+    assert old.settings == new.settings
+    assert old.settings.book is book
+    with pytest.warns(DeprecationWarning, match=r"DeadlineMiddleware\.fallbacks"):
+        assert old.fallback_models == old.fallbacks == ("gpt-fast",)
+    with pytest.raises(TypeError, match="give fallbacks= only"):
+        DeadlineMiddleware(fallbacks=[fast], fallback_models=[fast])
+    with pytest.raises(TypeError, match="give book= only"):
+        DeadlineMiddleware(fallbacks=[fast], book=book, latency_book=book)
 
 
 @pytest.mark.anyio
@@ -217,7 +238,7 @@ async def test_an_agent_model_below_its_min_viable_hands_the_call_to_a_fallback_
         [],
         middleware=[
             DeadlineMiddleware(
-                timeout=5.0, model_min_viable=2.0, fallback_models=[chat(fast, "gpt-fast")]
+                timeout=5.0, model_min_viable=2.0, fallbacks=[chat(fast, "gpt-fast")]
             )
         ],
     )

@@ -22,16 +22,16 @@ from langgraph_deadline import (
     Deadline,
     DeadlineExceeded,
     DeadlineState,
-    LatencyBook,
     StepRecord,
-    StepStatus,
     Terminal,
     budgeted_model,
     deadline_scope,
     with_deadlines,
 )
 from langgraph_deadline._agents.model import fallbacks_of
+from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, await_nothing_sent_after
+from langgraph_deadline.types import StepStatus
 
 from .support import MARGIN, SLOW
 from .support import chat_named as chat

@@ -17,18 +17,17 @@ from langgraph.graph import END, START, StateGraph
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
-    LatencyBook,
-    StepStatus,
     Terminal,
     budgeted_model,
     deadline_scope,
-    learned,
     with_deadlines,
 )
 from langgraph_deadline._agents.timing import RUN_RATE
 from langgraph_deadline._learn.book import FIRST_TOKEN, PER_TOKEN
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.learn import LatencyBook, learned
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import ask, orders
 from tests.chat_models import openai_chat
 

@@ -20,7 +20,6 @@ from langgraph.errors import GraphRecursionError
 
 from langgraph_deadline import (
     StepRecord,
-    StepStatus,
     Terminal,
     deadline_input,
     deadline_scope,
@@ -32,6 +31,7 @@ from langgraph_deadline.testing import (
     FakeOpenAIServer,
     await_nothing_sent_after,
 )
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import MARGIN, SLOW, ask, assert_valid_history, deadline_of, orders
 from tests.chat_models import openai_chat as chat
 

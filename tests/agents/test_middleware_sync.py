@@ -12,12 +12,13 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from prometheus_client import CollectorRegistry
 
-from langgraph_deadline import Deadline, StepStatus, Terminal
+from langgraph_deadline import Deadline, Terminal
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.http import deadline_hooks
 from langgraph_deadline.instrument import PrometheusObserver, get_observers, set_observers
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from langgraph_deadline.testing._quiet import assert_nothing_sent_after
+from langgraph_deadline.types import StepStatus
 from tests.chat_models import openai_chat as chat
 
 MARGIN = 0.5

@@ -17,7 +17,6 @@ from langgraph_deadline import (
     Deadline,
     DeadlineExceeded,
     DeadlineState,
-    StepStatus,
     Terminal,
     budgeted_model,
     deadline_scope,
@@ -26,6 +25,7 @@ from langgraph_deadline import (
 from langgraph_deadline._agents.model import ModelLimits
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from langgraph_deadline.testing._quiet import assert_nothing_sent_after, await_nothing_sent_after
+from langgraph_deadline.types import StepStatus
 from tests.chat_models import openai_chat as chat
 
 MARGIN = 0.5

@@ -11,16 +11,14 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRetryMiddleware
 from langchain_core.messages import AIMessage
 
-from langgraph_deadline import (
-    StepStatus,
-    Terminal,
-)
+from langgraph_deadline import Terminal
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.testing import (
     ChatReply,
     FakeOpenAIServer,
     await_nothing_sent_after,
 )
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import MARGIN, SLOW, ask, deadline_of, orders
 from tests.chat_models import openai_chat as chat
 

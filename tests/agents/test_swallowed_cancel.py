@@ -30,13 +30,13 @@ from pydantic import Field
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
-    StepStatus,
     Terminal,
     budgeted_model,
     deadline_scope,
     with_deadlines,
 )
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import MARGIN, ask
 
 TICK = 0.02

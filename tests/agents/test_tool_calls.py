@@ -14,21 +14,20 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 
 from langgraph_deadline import (
-    LatencyBook,
-    StepStatus,
     Terminal,
     client_timeout,
     deadline_tool,
-    learned,
     remaining,
 )
 from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.learn import LatencyBook, learned
 from langgraph_deadline.testing import (
     ChatReply,
     FakeOpenAIServer,
     ScriptedToolCall,
     SlowServer,
 )
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import MARGIN, ask, orders
 from tests.chat_models import openai_chat as chat
 

@@ -24,9 +24,10 @@ from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langchain_mcp_adapters.tools import load_mcp_tools
 
-from langgraph_deadline import DeadlineTool, Hedge, Terminal, deadline_tools
+from langgraph_deadline import Hedge, Terminal, deadline_tools
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.mcp import mcp_tools
+from langgraph_deadline.types import DeadlineTool
 from tests.chat_models import ScriptedChatModel, tool_calls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -199,7 +200,7 @@ async def test_mcp_tools_are_the_servers_tools_with_their_caps(stdio_log: Server
         assert sorted(t.name for t in tools) == sorted(plain)
         [lookup] = [t for t in tools if t.name == "slow_lookup"]
         assert isinstance(lookup, DeadlineTool)
-        assert lookup.timeout == 2.0
+        assert lookup.cap == 2.0
         assert lookup.tool_call_schema == plain["slow_lookup"].tool_call_schema
         call = {"type": "tool_call", "id": "c1", "name": "slow_lookup"}
         answer = await lookup.ainvoke({**call, "args": {"call": "quick", "seconds": 0}})

@@ -21,9 +21,10 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from pydantic import Field
 
-from langgraph_deadline import DeadlineState, StepStatus, Terminal, terminal_of, with_deadlines
+from langgraph_deadline import DeadlineState, Terminal, terminal_of, with_deadlines
 from langgraph_deadline.agents import DeadlineAgentState, DeadlineMiddleware
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, SlowServer
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import MARGIN, SLOW, ask, assert_valid_history
 from tests.chat_models import ScriptedChatModel, tool_calls
 from tests.chat_models import openai_chat as chat

@@ -28,7 +28,6 @@ from typing_extensions import TypedDict
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
-    StepStatus,
     Terminal,
     budgeted_model,
     deadline_input,
@@ -37,6 +36,7 @@ from langgraph_deadline import (
     with_deadlines,
 )
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall, SlowServer
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import assert_valid_history, hang, orders
 from tests.chat_models import ScriptedChatModel
 from tests.chat_models import openai_chat as chat

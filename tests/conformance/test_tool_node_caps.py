@@ -22,15 +22,14 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
-    LatencyBook,
-    StepStatus,
     Terminal,
     deadline_tool,
-    learned,
     with_deadlines,
 )
 from langgraph_deadline.instrument import StepEvent, get_observers, set_observers
+from langgraph_deadline.learn import LatencyBook, learned
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall, SlowServer
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import ask, assert_valid_history, orders
 from tests.chat_models import openai_chat as chat
 

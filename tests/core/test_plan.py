@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_deadline import Deadline, StepStatus, deadline_scope
+from langgraph_deadline import Deadline, deadline_scope
 from langgraph_deadline._core.plan import HANDOFF, RunTracker, plan_step
 from langgraph_deadline.testing import ManualClock
+from langgraph_deadline.types import StepStatus
 
 
 def test_no_deadline_and_no_cap_means_no_budget() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from langgraph_deadline import Outcome, StepRecord, StepStatus, Terminal
+from langgraph_deadline import Outcome, StepRecord, Terminal
+from langgraph_deadline.types import StepStatus
 
 
 def _record(status: StepStatus, allocated_ms: float | None = 500.0) -> StepRecord:

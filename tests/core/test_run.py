@@ -7,9 +7,10 @@ import time
 import anyio
 import pytest
 
-from langgraph_deadline import DeadlineExceeded, StepStatus
+from langgraph_deadline import DeadlineExceeded
 from langgraph_deadline._core.plan import plan_step
 from langgraph_deadline._core.run import run_async, run_sync
+from langgraph_deadline.types import StepStatus
 
 
 class Bubble(Exception):

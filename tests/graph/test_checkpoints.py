@@ -21,13 +21,13 @@ from langgraph.types import Command, TimeoutPolicy, interrupt
 
 from langgraph_deadline import (
     DeadlineState,
-    StepStatus,
     Terminal,
     deadline_input,
     remaining,
     terminal_of,
     with_deadlines,
 )
+from langgraph_deadline.types import StepStatus
 
 
 class State(DeadlineState):

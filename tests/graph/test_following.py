@@ -21,17 +21,16 @@ from langgraph.graph import END, START, StateGraph
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
-    LatencyBook,
     StepRecord,
-    StepStatus,
     Terminal,
     deadline_tools,
-    learned,
     with_deadlines,
 )
 from langgraph_deadline._core.follow import HANDOFF_BETWEEN
 from langgraph_deadline._graph.following import paths_after
+from langgraph_deadline.learn import LatencyBook, learned
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall, SlowServer
+from langgraph_deadline.types import StepStatus
 from tests.chat_models import openai_chat
 
 ANSWER = 0.3  # the answer node's learned time, fed to the book

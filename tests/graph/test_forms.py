@@ -15,12 +15,12 @@ from langgraph_deadline import (
     Deadline,
     DeadlineDataclass,
     DeadlineModel,
-    StepStatus,
     Terminal,
     budgeted,
     deadline_input,
     with_deadlines,
 )
+from langgraph_deadline.types import StepStatus
 
 
 class ModelState(DeadlineModel):

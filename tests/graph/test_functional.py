@@ -23,10 +23,8 @@ from langgraph.pregel import Pregel
 from langgraph.types import CachePolicy, Command, RetryPolicy, interrupt
 
 from langgraph_deadline import (
-    DeadlineEntrypoint,
     DeadlineExceeded,
     StepRecord,
-    StepStatus,
     Terminal,
     deadline_input,
     deadline_scope,
@@ -34,6 +32,7 @@ from langgraph_deadline import (
     with_deadlines,
 )
 from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.types import DeadlineEntrypoint, StepStatus
 
 MARGIN = 0.5  # generous: a loaded 2-core machine
 

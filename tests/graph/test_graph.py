@@ -15,7 +15,6 @@ from langgraph.types import RetryPolicy
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
-    StepStatus,
     Terminal,
     budgeted,
     client_timeout,
@@ -25,6 +24,7 @@ from langgraph_deadline import (
     with_deadlines,
 )
 from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.types import StepStatus
 
 MARGIN = 0.5  # generous: a loaded 2-core machine
 

@@ -19,13 +19,13 @@ from langgraph.types import StreamWriter
 
 from langgraph_deadline import (
     DeadlineState,
-    StepStatus,
     Terminal,
     budgeted,
     current_deadline,
     remaining,
     with_deadlines,
 )
+from langgraph_deadline.types import StepStatus
 
 
 class State(DeadlineState):

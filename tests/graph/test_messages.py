@@ -6,15 +6,16 @@ from uuid import uuid4
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from langgraph_deadline import Outcome, StepRecord, StepStatus, Terminal
+from langgraph_deadline import Outcome, StepRecord, Terminal
+from langgraph_deadline._graph.answers import close_pending
 from langgraph_deadline._graph.messages import (
     ToolResults,
-    close_pending,
     closing_reply,
     closing_text,
     messages_of,
     unanswered_tool_calls,
 )
+from langgraph_deadline.types import StepStatus
 from tests.records import model_record
 
 

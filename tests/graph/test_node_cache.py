@@ -21,13 +21,13 @@ from typing_extensions import TypedDict
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
-    StepStatus,
     Terminal,
     deadline_tool,
     terminal_of,
     with_deadlines,
 )
 from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.types import StepStatus
 
 HANG = 30.0  # the backend's one stall: far past any budget here
 TIMEOUT = 1.0  # generous: a loaded 2-core machine

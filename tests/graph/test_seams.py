@@ -22,7 +22,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import RetryPolicy
 from typing_extensions import TypedDict
 
-from langgraph_deadline import DeadlineGraph, DeadlineState, with_deadlines
+from langgraph_deadline import DeadlineState, with_deadlines
 from langgraph_deadline._graph import seams
 from langgraph_deadline._graph.seams import (
     DRAIN_REASON,
@@ -37,6 +37,7 @@ from langgraph_deadline._graph.seams import (
     task_name,
 )
 from langgraph_deadline._graph.settings import GraphSettings
+from langgraph_deadline.types import DeadlineGraph
 
 
 class State(TypedDict):

@@ -17,11 +17,11 @@ from langgraph_deadline import (
     DeadlineState,
     Outcome,
     StepRecord,
-    StepStatus,
     Terminal,
     deadline_input,
 )
 from langgraph_deadline._graph.state import merge_deadline, merge_outcome, merge_trace
+from langgraph_deadline.types import StepStatus
 
 
 def _record(name: str = "n") -> StepRecord:

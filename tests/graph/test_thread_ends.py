@@ -13,9 +13,10 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_deadline import DeadlineState, StepStatus, Terminal, with_deadlines
+from langgraph_deadline import DeadlineState, Terminal, with_deadlines
 from langgraph_deadline._core.records import Outcome
 from langgraph_deadline._graph.state import merge_outcome
+from langgraph_deadline.types import StepStatus
 
 
 class Log(DeadlineState):

@@ -23,11 +23,11 @@ from langgraph.types import Command, interrupt
 from langgraph_deadline import (
     DeadlineState,
     StepRecord,
-    StepStatus,
     Terminal,
     deadline_tool,
     with_deadlines,
 )
+from langgraph_deadline.types import StepStatus
 
 
 class State(MessagesState, DeadlineState):

@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from langgraph_deadline import DeadlineState, LatencyBook, learned, with_deadlines
+from langgraph_deadline import DeadlineState, with_deadlines
 from langgraph_deadline.instrument import (
     OtelBookGauges,
     PrometheusBookCollector,
     PrometheusObserver,
     set_observers,
 )
+from langgraph_deadline.learn import LatencyBook, learned
 
 pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("prometheus_client")

@@ -21,7 +21,6 @@ from langgraph.prebuilt import ToolNode
 from langgraph_deadline import (
     DeadlineState,
     StepRecord,
-    StepStatus,
     Terminal,
     deadline_tool,
     with_deadlines,
@@ -29,6 +28,7 @@ from langgraph_deadline import (
 from langgraph_deadline._core.observe import set_observers
 from langgraph_deadline._instrument.callbacks import RUN_EVENT, STEP_EVENT, CallbacksObserver
 from langgraph_deadline._instrument.jsonl import JsonlTraceWriter
+from langgraph_deadline.types import StepStatus
 from tests.chat_models import tool_calls
 
 pytest.importorskip("opentelemetry.sdk")

@@ -16,7 +16,7 @@ import pytest
 from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
 from langchain_core.runnables import RunnableLambda
 
-from langgraph_deadline import Outcome, StepRecord, StepStatus, Terminal
+from langgraph_deadline import Outcome, StepRecord, Terminal
 from langgraph_deadline._core.observe import (
     INSTRUMENT_ENV,
     RunEvent,
@@ -29,6 +29,7 @@ from langgraph_deadline._core.observe import (
 )
 from langgraph_deadline._instrument.callbacks import STEP_EVENT, CallbacksObserver
 from langgraph_deadline._instrument.jsonl import JsonlTraceWriter
+from langgraph_deadline.types import StepStatus
 
 RECORD = StepRecord(
     name="search",
@@ -379,6 +380,12 @@ def test_prometheus_counts_hedged_copies_and_the_calls_a_hedge_answered() -> Non
     labels = {"step": "search", "kind": "tool"}
     assert registry.get_sample_value("langgraph_deadline_step_hedges_total", labels) == 3
     assert registry.get_sample_value("langgraph_deadline_step_hedge_wins_total", labels) == 1
+    obs.on_step(StepEvent(dataclass_replace(done, hedge_held="outage"), None, None))
+    obs.on_step(StepEvent(dataclass_replace(done, hedge_held="outage"), None, None))
+    obs.on_step(StepEvent(dataclass_replace(done, hedge_held="budget"), None, None))
+    held = "langgraph_deadline_step_hedges_held_total"
+    assert registry.get_sample_value(held, {**labels, "reason": "outage"}) == 2
+    assert registry.get_sample_value(held, {**labels, "reason": "budget"}) == 1
 
 
 def test_otel_step_span_says_a_call_was_hedged_and_which_copy_won() -> None:
@@ -387,12 +394,17 @@ def test_otel_step_span_says_a_call_was_hedged_and_which_copy_won() -> None:
     [span] = exporter.get_finished_spans()
     assert span.attributes is not None
     assert (span.attributes["deadline.hedges"], span.attributes["deadline.winner"]) == (1, 1)
+    obs.on_step(StepEvent(dataclass_replace(RECORD, hedge_held="outage"), "run-1", None))
+    held = exporter.get_finished_spans()[-1].attributes
+    assert held is not None and held["deadline.hedge_held"] == "outage"
 
 
 def test_a_hedged_record_round_trips_and_an_old_one_reads_as_not_hedged() -> None:
     hedged = dataclass_replace(RECORD, hedges=1, winner=1)
     assert StepRecord.from_dict(hedged.to_dict()) == hedged
-    old = {k: v for k, v in RECORD.to_dict().items() if k not in ("hedges", "winner")}
+    held = dataclass_replace(RECORD, hedge_held="budget")
+    assert StepRecord.from_dict(held.to_dict()) == held
+    old = {k: v for k, v in RECORD.to_dict().items() if k not in ("hedges", "winner", "hedge_held")}
     assert StepRecord.from_dict(old) == RECORD
 
 

@@ -13,19 +13,18 @@ from langgraph.graph import END, START, StateGraph
 
 from langgraph_deadline import (
     DeadlineState,
-    LatencyBook,
     StepRecord,
-    StepStatus,
     Terminal,
     budgeted,
     deadline_scope,
     deadline_tool,
     deadline_tools,
-    learned,
     with_deadlines,
 )
 from langgraph_deadline._core.plan import plan_step
+from langgraph_deadline.learn import LatencyBook, learned
 from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.types import StepStatus
 
 MARGIN = 0.25
 

@@ -14,7 +14,8 @@ import pytest
 from langgraph.graph import START, StateGraph
 from langgraph.store.memory import InMemoryStore
 
-from langgraph_deadline import DeadlineState, LatencyBook, with_deadlines
+from langgraph_deadline import DeadlineState, with_deadlines
+from langgraph_deadline.learn import LatencyBook
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,7 +106,7 @@ WORKER = textwrap.dedent(
     """
     import sys
     from langgraph.store.postgres import PostgresStore
-    from langgraph_deadline import LatencyBook
+    from langgraph_deadline.learn import LatencyBook
 
     url, seconds, censored = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "cut"
     with PostgresStore.from_conn_string(url) as store:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_deadline import LatencySketch
 from langgraph_deadline._learn.sketch import RELATIVE_ACCURACY
+from langgraph_deadline.learn import LatencySketch
 
 durations = st.lists(st.floats(min_value=1e-5, max_value=1e4), min_size=1, max_size=200)
 

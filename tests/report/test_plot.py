@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from langgraph_deadline import StepRecord, StepStatus
+from langgraph_deadline import StepRecord
 from langgraph_deadline._report.stats import step_stats
 from langgraph_deadline._report.trace import Trace, TraceRun
+from langgraph_deadline.types import StepStatus
 
 pytest.importorskip("matplotlib")
 

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_deadline import LatencyBook, LatencySketch, StepRecord, StepStatus, learned
+from langgraph_deadline import StepRecord
 from langgraph_deadline.__main__ import main
 from langgraph_deadline._report.step_plot import Mark, step_distributions
 from langgraph_deadline._report.trace import Trace, TraceRun
+from langgraph_deadline.learn import LatencyBook, LatencySketch, learned
+from langgraph_deadline.types import StepStatus
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -18,11 +18,11 @@ from langgraph_deadline import (
     Deadline,
     DeadlineExceeded,
     StepRecord,
-    StepStatus,
     deadline_scope,
 )
 from langgraph_deadline._retry.retry import retry
 from langgraph_deadline.testing import ManualClock
+from langgraph_deadline.types import StepStatus
 from tests.retry.fakes import NO_WAIT, Flaky, Transient, status_error
 
 

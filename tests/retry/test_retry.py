@@ -9,11 +9,9 @@ from typing import Any
 import anyio
 import pytest
 
-from langgraph_deadline import (
-    StepRecord,
-    StepStatus,
-)
+from langgraph_deadline import StepRecord
 from langgraph_deadline._retry.retry import retry
+from langgraph_deadline.types import StepStatus
 from tests.retry.fakes import NO_WAIT, Flaky, Transient
 
 

@@ -20,12 +20,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
-    StepStatus,
     deadline_scope,
     with_deadlines,
 )
 from langgraph_deadline._retry.retry import retry
 from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.types import StepStatus
 
 MARGIN = 0.5  # generous: a loaded 2-core machine
 

@@ -20,7 +20,7 @@ def test_wrapping_an_existing_tool_keeps_what_the_model_sees() -> None:
         """Search the knowledge base."""
         return query * limit
 
-    wrapped = deadline_tool(search, timeout=3)
+    wrapped = deadline_tool(search, cap=3)
     assert wrapped.name == search.name
     assert wrapped.description == search.description
     assert (
@@ -28,7 +28,7 @@ def test_wrapping_an_existing_tool_keeps_what_the_model_sees() -> None:
     )
     assert wrapped.invoke({"query": "a", "limit": 2}) == "aa"
 
-    @deadline_tool("renamed", timeout=1)
+    @deadline_tool("renamed", cap=1)
     def other(x: int) -> int:
         """Other."""
         return x + 1
@@ -59,7 +59,7 @@ def test_caps_table_and_bad_input_get_clear_errors() -> None:
     class Opaque:
         pass
 
-    @deadline_tool(timeout=1, read_only=True, cache=InMemoryStaleCache())
+    @deadline_tool(cap=1, read_only=True, cache=InMemoryStaleCache())
     def takes_anything(x: Any) -> str:
         """Anything."""
         return "ok"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from langgraph_deadline import StepRecord, StepStatus, ToolTimeout, timeout_message
+from langgraph_deadline import StepRecord, timeout_message
 from langgraph_deadline._core.plan import plan_step
-from langgraph_deadline._tools.messages import answer, render, timeout_of, tool_facts
+from langgraph_deadline._core.timeouts import tool_facts
+from langgraph_deadline._graph.answers import answer, render, timeout_of
+from langgraph_deadline.types import StepStatus, ToolTimeout
 
 
 def _info(status: StepStatus, **changes: object) -> ToolTimeout:

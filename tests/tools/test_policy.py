@@ -15,13 +15,13 @@ from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
     StepRecord,
-    StepStatus,
     deadline_tool,
     with_deadlines,
 )
 from langgraph_deadline._core.run import StepResult
 from langgraph_deadline._tools.policy import Tries, account, call_config, is_timeout, is_transport
 from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.types import StepStatus
 from tests.chat_models import tool_calls
 
 

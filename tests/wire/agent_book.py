@@ -12,7 +12,9 @@ from langgraph.store.postgres import PostgresStore
 from psycopg import Connection
 from psycopg.rows import dict_row
 
-from langgraph_deadline import DeadlineGraph, LatencyBook, learned, with_deadlines
+from langgraph_deadline import with_deadlines
+from langgraph_deadline.learn import LatencyBook, learned
+from langgraph_deadline.types import DeadlineGraph
 
 from .agent_graphs import FLUSH_SECONDS, LEARNED_FROM, NAMESPACE, Search, search
 

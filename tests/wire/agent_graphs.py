@@ -14,8 +14,9 @@ import httpx
 from langgraph.graph import START, StateGraph
 from langgraph.types import interrupt
 
-from langgraph_deadline import DeadlineGraph, DeadlineState, with_deadlines
+from langgraph_deadline import DeadlineState, with_deadlines
 from langgraph_deadline.http import deadline_hooks
+from langgraph_deadline.types import DeadlineGraph
 
 __all__ = ["FLUSH_SECONDS", "LEARNED_FROM", "NAMESPACE", "RESERVE", "make_approve", "make_search"]
 

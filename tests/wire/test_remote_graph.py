@@ -13,9 +13,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.pregel.remote import RemoteGraph
 from langgraph_sdk.client import LangGraphClient
 
-from langgraph_deadline import DeadlineState, StepStatus, Terminal, with_deadlines
+from langgraph_deadline import DeadlineState, Terminal, with_deadlines
 from langgraph_deadline.http import deadline_hooks
 from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.types import StepStatus
 
 from .langgraph_dev import ROOT, langgraph_dev
 

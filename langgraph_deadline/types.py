@@ -1,0 +1,27 @@
+"""The types the package's functions return or take, for annotations: you never build them.
+
+```python
+from langgraph_deadline import with_deadlines
+from langgraph_deadline.types import DeadlineGraph, StepStatus
+
+graph: DeadlineGraph = with_deadlines(builder, timeout=30.0)
+out = await graph.ainvoke(inputs)
+late = [r for r in out["deadline_trace"] if r.status is StepStatus.TIMED_OUT]
+```
+"""
+
+from ._core.errors import ScopeFrame
+from ._core.records import StepStatus
+from ._core.timeouts import ToolTimeout
+from ._graph.functional import DeadlineEntrypoint
+from ._graph.graph import DeadlineGraph
+from ._tools.tool import DeadlineTool
+
+__all__ = [
+    "DeadlineEntrypoint",
+    "DeadlineGraph",
+    "DeadlineTool",
+    "ScopeFrame",
+    "StepStatus",
+    "ToolTimeout",
+]
