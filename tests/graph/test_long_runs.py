@@ -17,17 +17,12 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from langgraph_deadline import (
-    DeadlineState,
-    StepStatus,
-    Terminal,
-    deadline_input,
-    with_deadlines,
-)
+from langgraph_deadline import DeadlineState, Terminal, deadline_input, with_deadlines
 from langgraph_deadline._graph.state import TRACE_WINDOW
 from langgraph_deadline._instrument.jsonl import JsonlTraceWriter
 from langgraph_deadline._report.trace import read_trace
 from langgraph_deadline.instrument import get_observers, set_observers
+from langgraph_deadline.types import StepStatus
 
 STEPS = 3 * TRACE_WINDOW + 5
 
