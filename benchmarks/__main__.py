@@ -17,6 +17,7 @@ from . import (
     http_overhead,
     learned,
     load,
+    long,
     overhead,
     overshoot,
     stall,
@@ -35,8 +36,9 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "fallback": fallback.run,
     "hedge": hedge.run,
     "stall": stall.run,
+    "long": long.run,
 }
-DRAWN = frozenset({"learned", "overshoot"})
+DRAWN = frozenset({"learned", "long", "overshoot"})
 """The benchmarks that draw a figure (`--plots DIR`: DIR/benchmarks-NAME.png)."""
 
 

@@ -70,7 +70,7 @@ from .retries import ain_run, enter_run, in_run, leave_run
 from .seams import DRAIN_REASON, check_thread
 from .served import request_limit
 from .settings import GraphSettings
-from .state import RUN_OVER, deadline_from_state, fresh_run_update
+from .state import RUN_OVER, TRACE_WINDOW, deadline_from_state, fresh_run_update, merge_trace
 from .terminal import (
     emit_run_outcome,
     exceeded,
@@ -476,8 +476,15 @@ async def akeep_left(
 
 
 def _missing(run: RunTracker, values: Mapping[str, Any]) -> list[StepRecord]:
+    """The run's records its state does not show. A trace that holds its whole window
+    (`TRACE_WINDOW`) left out the records before its first: only those after it count."""
     known = list(values.get("deadline_trace") or [])
-    return [r for r in run.records if r not in known]
+    records = run.records
+    if len(known) >= TRACE_WINDOW:
+        first = known[0]
+        at = next((i for i in range(len(records) - 1, -1, -1) if records[i] == first), 0)
+        records = records[at:]
+    return [r for r in records if r not in known]
 
 
 def _records_update(run: RunTracker, latest: Any) -> dict[str, Any]:
@@ -534,7 +541,9 @@ def assemble(
             update["messages"] = stored
     if settings.has_fields:
         state["deadline_outcome"] = outcome
-        state["deadline_trace"] = [*(values.get("deadline_trace") or []), *_missing(run, values)]
+        state["deadline_trace"] = merge_trace(
+            list(values.get("deadline_trace") or []), _missing(run, values)
+        )
         if written is None or written.ok:  # a `completed` a subgraph gave is replaced
             update["deadline_outcome"] = outcome.to_dict()
             update["deadline"] = RUN_OVER  # the next run's deadline replaces this one

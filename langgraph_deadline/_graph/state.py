@@ -27,6 +27,7 @@ __all__ = [
     "DeadlineState",
     "RUN_OVER",
     "OutcomeChannel",
+    "TRACE_WINDOW",
     "TraceChannel",
     "state_fields",
     "deadline_from_state",
@@ -71,10 +72,19 @@ def merge_outcome(
     return new if current is None or current.ok else current
 
 
+TRACE_WINDOW: Final = 16
+"""How many step records `deadline_trace` keeps: the most recent. A checkpoint stores the state
+whole at every step, so a trace that kept every record would be stored again at every step:
+storage and time growing with the square of the run's length. The full stream of records goes
+to the observers (`JsonlTraceWriter` for the report) and to the `updates` stream, where each
+node's update carries its own records."""
+
+
 def merge_trace(
     current: list[StepRecord], update: Iterable[StepRecord | Mapping[str, Any]] | None
 ) -> list[StepRecord]:
-    """Reducer for `deadline_trace`: records are appended."""
+    """Reducer for `deadline_trace`: records are appended, and the most recent `TRACE_WINDOW`
+    are kept."""
     if not update:
         return current
     new = update if type(update) is list else list(update)
@@ -82,7 +92,12 @@ def merge_trace(
         if type(r) is not StepRecord:
             new = [_as_record(r) for r in new]
             break
-    return [*current, *new]
+    merged = [*current, *new]
+    return merged if len(merged) <= TRACE_WINDOW else merged[-TRACE_WINDOW:]
+
+
+def _window(records: list[StepRecord]) -> list[StepRecord]:
+    return records if len(records) <= TRACE_WINDOW else records[-TRACE_WINDOW:]
 
 
 def _as_record(value: StepRecord | Mapping[str, Any]) -> StepRecord:
@@ -189,11 +204,29 @@ class OutcomeChannel(_PlainChannel[Outcome | None]):
 
 
 class TraceChannel(_PlainChannel[list[StepRecord]]):
+    """The trace's channel: the most recent `TRACE_WINDOW` records (an `Overwrite` too), each
+    checkpointed as its plain data without the fields that hold their defaults."""
+
+    _plain: dict[int, tuple[StepRecord, dict[str, Any]]] | None = None
+    """The plain data of the records in the window, by `id`: a record is encoded once, not
+    at every checkpoint of its window."""
+
     def _decode(self, value: Any) -> list[StepRecord]:
-        return [_as_record(r) for r in value or ()]
+        return _window([_as_record(r) for r in value or ()])
 
     def _encode(self, value: list[StepRecord]) -> Any:
-        return [r.to_dict() for r in value]
+        known = self._plain or {}
+        kept: dict[int, tuple[StepRecord, dict[str, Any]]] = {}
+        for r in value:
+            hit = known.get(id(r))
+            kept[id(r)] = hit if hit is not None and hit[0] is r else (r, r.to_sparse_dict())
+        self._plain = kept
+        return [kept[id(r)][1] for r in value]
+
+    def copy(self) -> TraceChannel:
+        channel = super().copy()
+        channel._plain = self._plain
+        return channel
 
 
 RUN_OVER: Final[Mapping[str, bool]] = {"over": True}
@@ -214,8 +247,10 @@ class DeadlineState(TypedDict, total=False):
       run's deadline replaces it. `deadline_input` replaces it explicitly (within `timeout`).
     - `deadline_outcome`: the run's `Outcome`, once it has one (`with_deadlines` writes
       `completed` at the end of a run that finished). The first early end is kept.
-    - `deadline_trace`: the `StepRecord` of every budgeted step, appended (a node that nothing
-      bounded, in a run with no deadline, adds one only when it does not complete).
+    - `deadline_trace`: the `StepRecord`s of the run's most recent budgeted steps (the last
+      `TRACE_WINDOW`, 16), appended (a node that nothing bounded, in a run with no deadline,
+      adds one only when it does not complete). Every record of a longer run goes to the
+      observers (`JsonlTraceWriter`, for the report) and to the `updates` stream.
 
     ```python
     class State(DeadlineState):
