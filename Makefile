@@ -57,11 +57,13 @@ demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/langgraph-deadline demo
 
 # The tests run on two workers, a file per worker at a time: most of their time is spent waiting
-# on deadlines and loopback servers, not on the CPU, and a file's tests share its fixtures. The
-# notebooks run in a pytest of their own: their kernels then do not share the machine with what
-# the whole suite leaves alive in its process (servers, threads, clients) by its end.
+# on deadlines and loopback servers, not on the CPU, and a file's tests share its fixtures. Those
+# marked `serial` (a learned streaming rate that another worker's load would stretch) run alone
+# after them. The notebooks run in a pytest of their own: their kernels then do not share the
+# machine with what the whole suite leaves alive in its process (servers, threads, clients).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not serial" tests
+	$(BIN)/python -m pytest -q -m serial tests
 	$(BIN)/python -m pytest -q notebooks
 
 $(LOWEST_STAMP): pyproject.toml scripts/lowest-constraints.txt

@@ -32,6 +32,10 @@ from langgraph_deadline.types import StepStatus
 from tests.agents.support import ask, orders
 from tests.chat_models import openai_chat
 
+# a learned streaming rate, then calls sized to it: another worker's load would stretch the
+# stream past what was learned (make test runs these alone)
+pytestmark = pytest.mark.serial
+
 TICK = 0.02  # seconds before each streamed token: 50 tokens a second
 
 
@@ -67,7 +71,8 @@ async def test_max_tokens_follows_the_time_left_once_the_model_is_learned(
     counting: FakeOpenAIServer,
 ) -> None:
     book = LatencyBook(listen=False)
-    rate = learned(book, quantile=0.9, min_samples=5)
+    # the slowest rate heard (p99 of five calls): a loaded machine's later calls stream no slower
+    rate = learned(book, quantile=0.99, min_samples=5)
     llm = budgeted_model(plain_chat(counting), tokens_per_second=rate)
 
     async with deadline_scope(2.0):
@@ -76,7 +81,7 @@ async def test_max_tokens_follows_the_time_left_once_the_model_is_learned(
     assert counting.requests[-1].stream
     await _warm(llm, book, 4)
 
-    per_token = book.sketch("gpt-fake", PER_TOKEN).quantile(0.9)
+    per_token = book.sketch("gpt-fake", PER_TOKEN).quantile(0.99)
     assert per_token is not None and 0.8 * TICK < per_token.seconds < 3 * TICK
     asked: dict[float, int] = {}
     for budget in (3.0, 1.5):
