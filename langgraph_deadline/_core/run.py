@@ -201,9 +201,17 @@ def settle(
             # scope that fired at the same deadline): a timeout, not the caller giving up.
             status = StepStatus.ABANDONED if plan.sync else StepStatus.TIMED_OUT
             rec = plan.record(status, cancel_source="run_deadline")
+        elif step_deadline is not None and step_deadline.expired:
+            # Past its own budget, and the enclosing step's cut reached it first (its own was
+            # still closing its I/O): cut at its budget all the same.
+            status = StepStatus.ABANDONED if plan.sync else StepStatus.TIMED_OUT
+            source = "run_deadline" if plan.clamped else "step_cap"
+            rec = plan.record(status, cancel_source=source)
         else:
             rec = plan.record(StepStatus.CANCELLED, cancel_source="caller")
-        _finish(run, key, commit, StepResult(rec))
+        # Recorded here even for a caller that records its own result (`commit=False`): the
+        # cancellation goes on up through it, and it never gets the result to record.
+        _finish(run, key, True, StepResult(rec))
     return None
 
 

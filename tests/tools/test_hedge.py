@@ -87,7 +87,7 @@ def _tool_records(steps: list[StepRecord]) -> list[StepRecord]:
 async def test_a_straggler_is_hedged_the_fast_copy_answers_and_the_loser_is_closed_at_the_server(
     slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
-    search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), timeout=3.0)
+    search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), cap=3.0)
 
     t0 = time.monotonic()
     message = await search.ainvoke(_call())
@@ -110,7 +110,7 @@ async def test_the_loser_over_a_client_shared_by_the_process_is_closed_and_leave
     slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
     async with httpx.AsyncClient() as client:
-        search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), client=client, timeout=3.0)
+        search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), client=client, cap=3.0)
 
         message = await search.ainvoke(_call())
 
@@ -140,7 +140,7 @@ async def test_a_call_that_answers_before_the_delay_is_not_hedged(
 async def test_the_first_copy_can_still_win_and_the_hedge_is_closed(
     slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
-    search = _search(slow_server, [0.3, 5.0], Hedge(after=0.05), timeout=3.0)
+    search = _search(slow_server, [0.3, 5.0], Hedge(after=0.05), cap=3.0)
 
     message = await search.ainvoke(_call())
 
@@ -175,7 +175,7 @@ async def test_nothing_runs_past_the_deadline(
 ) -> None:
     hedge = Hedge(after=0.05, max_copies=3, floor_per_s=10.0)
     async with httpx.AsyncClient() as client:
-        search = _search(slow_server, [5.0], hedge, client=client if shared else None, timeout=3.0)
+        search = _search(slow_server, [5.0], hedge, client=client if shared else None, cap=3.0)
         graph = with_deadlines(_tool_graph(search), timeout=0.4, reserve=0.05)
 
         t0 = time.monotonic()
@@ -190,7 +190,11 @@ async def test_nothing_runs_past_the_deadline(
     assert slow_server.wait_disconnected(1.0, count=3)  # and every one closed at the server
     assert all(r.answered is None for r in slow_server.requests)
     [record] = _tool_records(steps)
-    assert (record.status, record.hedges, record.winner) == (StepStatus.TIMED_OUT, 2, None)
+    assert (record.status, record.winner) == (StepStatus.TIMED_OUT, None)
+    # 2 hedges when the tool's own cut ended it; on a loaded machine the node's cut, 10 ms
+    # later, can reach it while its copies still close, and the record is the node cut's
+    # (the three requests above are the hedges' evidence then)
+    assert record.hedges in (0, 2)
     assert record.clamped and record.allocated_ms is not None and record.allocated_ms <= 350
 
 
@@ -200,7 +204,7 @@ async def test_no_copy_starts_when_the_time_left_cannot_fit_a_typical_call(
     book = LatencyBook(listen=False)
     for _ in range(60):
         book.record("tool", "search", 0.2)  # p50 = p95 = 0.2 s
-    search = _search(slow_server, [5.0], Hedge(book=book, min_samples=50), timeout=0.35)
+    search = _search(slow_server, [5.0], Hedge(book=book, min_samples=50), cap=0.35)
 
     message = await search.ainvoke(_call())  # at 0.2 s, 0.15 s is left: less than a typical call
 
@@ -214,7 +218,7 @@ async def test_under_a_deadline_the_copy_starts_while_it_can_still_answer_in_tim
     book = LatencyBook(listen=False)
     for i in range(100):
         book.record("tool", "search", 0.2 if i % 10 else 2.0)  # p50 0.2 s, p95 2 s
-    search = _search(slow_server, [5.0, 0.02], Hedge(book=book), timeout=1.0)
+    search = _search(slow_server, [5.0, 0.02], Hedge(book=book), cap=1.0)
 
     # The learned delay (2 s) is past the step's 1 s: the copy starts when 1.5 typical calls
     # (0.3 s) are left, at 0.7 s, rather than never.
@@ -289,7 +293,7 @@ async def test_the_hedge_budget_caps_extra_calls_under_a_burst(
 ) -> None:
     hedge = Hedge(after=0.05, budget=0.05, floor_per_s=0.0, outage_share=None)
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
-        search = _search(slow_server, [0.6], hedge, client=client, timeout=10.0)
+        search = _search(slow_server, [0.6], hedge, client=client, cap=10.0)
 
         calls = (search.ainvoke(_call(id=f"c{i}")) for i in range(40))
         messages = await asyncio.gather(*calls)
@@ -308,7 +312,7 @@ async def _slow_for_everyone(
     steps.clear()
     server.requests.clear()
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
-        search = _search(server, [0.1], hedge, client=client, timeout=10.0)
+        search = _search(server, [0.1], hedge, client=client, cap=10.0)
         queue = iter(range(calls))
 
         async def worker() -> None:
@@ -460,7 +464,7 @@ def test_hedge_is_keyword_only_and_frozen() -> None:
 async def test_a_hedged_tool_in_a_tool_node_of_a_graph_with_deadlines_answers(
     slow_server: SlowServer,
 ) -> None:
-    search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), timeout=3.0)
+    search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), cap=3.0)
     graph = with_deadlines(_tool_graph(search), timeout=2.0)
 
     t0 = time.monotonic()
@@ -477,7 +481,7 @@ async def test_a_hedged_tool_in_a_tool_node_of_a_graph_with_deadlines_answers(
 async def test_a_hedged_tool_in_create_agent_answers_the_model(
     slow_server: SlowServer, server: FakeOpenAIServer
 ) -> None:
-    search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), timeout=3.0)
+    search = _search(slow_server, [5.0, 0.02], Hedge(after=0.1), cap=3.0)
     server.enqueue(
         ChatReply.tool_call("search", {"query": "boots"}), ChatReply.text("Boots in stock.")
     )

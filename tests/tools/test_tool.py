@@ -164,6 +164,37 @@ async def test_no_budget_left_means_the_tool_is_skipped_and_makes_no_request(
     assert slow_server.requests == []
 
 
+@pytest.mark.anyio
+async def test_a_tool_whose_close_outlives_its_cut_still_leaves_its_record(
+    steps: list[Any],
+) -> None:
+    """The tool's cut fires a hand-off before its node's; when closing its I/O takes longer
+    than that (a loaded machine, a slow TLS close), the node's cut reaches it mid-close. The
+    tool's record must still be written: it never gets back to record its own result."""
+    import anyio
+
+    @deadline_tool(cap=3.0)
+    async def search(query: str) -> str:
+        """Search."""
+        try:
+            await anyio.sleep(5)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.05)  # longer than the hand-off between the two cuts
+        return "never"
+
+    b = StateGraph(Msgs)
+    b.add_node("tools", ToolNode([search]))
+    b.add_edge(START, "tools")
+    graph = with_deadlines(b, timeout=0.4, reserve=0.05)
+    await graph.ainvoke({"messages": [tool_calls(("search", {"query": "q"}))]})
+
+    [tool_record] = [r for r in steps if r.kind == "tool"]
+    assert tool_record.name == "search" and tool_record.status is StepStatus.TIMED_OUT
+    [node_record] = [r for r in steps if r.kind == "node"]
+    assert node_record.status is StepStatus.TIMED_OUT
+
+
 def test_a_sync_tool_past_its_budget_is_abandoned_and_says_so() -> None:
     import threading
 
