@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
@@ -122,7 +123,8 @@ class StepRecord(_PlainData):
         return None if self.started_at is None else step_link(self.name, self.started_at)
 
     def __post_init__(self) -> None:
-        self._fill(self.to_dict())
+        dict.update(self, zip(_RECORD_FIELDS, _record_values(self), strict=True))
+        dict.__setitem__(self, "status", self.status.value)
 
     def ran_out_reason(self) -> str:
         """Why this step ended the run, in words a caller or a log reader can act on."""
@@ -140,9 +142,7 @@ class StepRecord(_PlainData):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data (the form stored in checkpoints)."""
-        data = {name: getattr(self, name) for name in _RECORD_FIELDS}
-        data["status"] = self.status.value
-        return data
+        return dict(self)
 
     def to_sparse_dict(self) -> dict[str, Any]:
         """`to_dict` without the fields that hold their defaults (the form a checkpoint's trace
@@ -159,6 +159,7 @@ class StepRecord(_PlainData):
 
 
 _RECORD_FIELDS: Final = tuple(f.name for f in dataclasses.fields(StepRecord))
+_record_values: Final = operator.attrgetter(*_RECORD_FIELDS)
 _RECORD_DEFAULTS: Final = {
     f.name: f.default
     for f in dataclasses.fields(StepRecord)

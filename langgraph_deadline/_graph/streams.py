@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager
 from contextvars import ContextVar, Token
 from typing import Any, Final, TypeVar
 from uuid import UUID
@@ -140,13 +141,18 @@ _WATCHED: Final[ContextVar[_Progress | None]] = ContextVar(
 register_configure_hook(_WATCHED, inheritable=True)
 
 
-@contextlib.contextmanager
-def watching_streams(on: bool = True) -> Iterator[None]:
+_NOTHING: Final = contextlib.nullcontext()
+"""The block of a helper below with nothing to do: no generator made, on every node's path."""
+
+
+def watching_streams(on: bool = True) -> AbstractContextManager[None]:
     """Model calls made in the block stream, and their chunks are progress of the steps with an
     idle cap they run in (`_Progress`). `on=False`: a no-op (a step without an idle cap)."""
-    if not on:
-        yield
-        return
+    return _watching_streams() if on else _NOTHING
+
+
+@contextlib.contextmanager
+def _watching_streams() -> Iterator[None]:
     token = _WATCHED.set(_PROGRESS)
     try:
         yield
@@ -199,15 +205,16 @@ class PartialAnswer(_TokenListener):
         return "".join(self.parts).strip()
 
 
-@contextlib.contextmanager
-def callbacks_in_context(*handlers: BaseCallbackHandler | None) -> Iterator[None]:
+def callbacks_in_context(*handlers: BaseCallbackHandler | None) -> AbstractContextManager[None]:
     """The runnable config in context gets `handlers` (the Nones left out) for the block:
     model calls made there without a config of their own (LangChain's agent loop) report
     their tokens to them."""
     given = [h for h in handlers if h is not None]
-    if not given:
-        yield
-        return
+    return _callbacks_in_context(given) if given else _NOTHING
+
+
+@contextlib.contextmanager
+def _callbacks_in_context(given: list[BaseCallbackHandler]) -> Iterator[None]:
     cfg = merge_configs(ensure_config(var_child_runnable_config.get()), {"callbacks": given})
     token = var_child_runnable_config.set(cfg)
     try:
