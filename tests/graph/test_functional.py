@@ -600,7 +600,9 @@ async def test_a_tasks_own_timeout_policy_fires_as_langgraphs(steps: list[StepRe
 
 
 @pytest.mark.anyio
-async def test_an_entrypoint_that_catches_the_drain_still_ends_the_run() -> None:
+async def test_an_entrypoint_that_catches_the_drain_still_ends_the_run(
+    steps: list[StepRecord],
+) -> None:
     @task
     async def slow() -> None:
         await asyncio.sleep(2)
@@ -616,8 +618,14 @@ async def test_an_entrypoint_that_catches_the_drain_still_ends_the_run() -> None
     graph = with_deadlines(main, timeout=0.3)
     with pytest.raises(DeadlineExceeded) as caught:
         await graph.ainvoke(0, _cfg())
-    assert caught.value.outcome.step == "slow"
-    assert (await graph.aget_state(_cfg())).values == "caught GraphDrained"
+    assert caught.value.outcome.step is not None and "slow" in caught.value.outcome.step
+    # The entrypoint has the hand-off between the task's cut and its own (10 ms) to catch and
+    # return: on a loaded machine it may be cut too, and then has returned nothing
+    [record] = [r for r in steps if r.name == "main"]
+    if record.status is StepStatus.COMPLETED:
+        assert (await graph.aget_state(_cfg())).values == "caught GraphDrained"
+    else:
+        assert record.status is StepStatus.TIMED_OUT
 
 
 def test_a_deadline_scope_around_the_call_is_the_runs_deadline() -> None:

@@ -224,13 +224,16 @@ async def test_a_graph_learns_its_nodes_cap_from_its_own_runs(slow_server: SlowS
         took = time.monotonic() - t0
         assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
         assert out["deadline_outcome"].step == "fetch"
-        assert took < 0.5, took  # cut near 3 x p99 of ~0.02 s, not at the 4 s default cap
         trace = [
             StepRecord.from_dict(r) if isinstance(r, dict) else r for r in out["deadline_trace"]
         ]
         fetch_record = [r for r in trace if r.name == "fetch"][-1]
         assert fetch_record.status is StepStatus.TIMED_OUT
-        assert fetch_record.requested_ms is not None and fetch_record.requested_ms < 500
+        # cut near 3 x p99 of its runs (~0.02 s each; a loaded machine makes them slower, and
+        # the cap with them), not at the 4 s default cap
+        learned_cap = fetch_record.requested_ms
+        assert learned_cap is not None and learned_cap < 1500
+        assert took < learned_cap / 1000.0 + 0.5, took
         assert book.sketch("fetch", "node").censored == 1
     finally:
         book.detach()

@@ -199,7 +199,7 @@ async def test_nothing_runs_past_the_deadline(
 
 
 async def test_no_copy_starts_when_the_time_left_cannot_fit_a_typical_call(
-    slow_server: SlowServer,
+    slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
     book = LatencyBook(listen=False)
     for _ in range(60):
@@ -209,7 +209,10 @@ async def test_no_copy_starts_when_the_time_left_cannot_fit_a_typical_call(
     message = await search.ainvoke(_call())  # at 0.2 s, 0.15 s is left: less than a typical call
 
     assert message.status == "error"
-    assert len(slow_server.requests) == 1
+    [record] = _tool_records(steps)
+    assert (record.hedges, record.hedge_held) == (0, "time")
+    # one request (none, on a machine so loaded that the first did not reach the server in time)
+    assert len(slow_server.requests) <= 1
 
 
 async def test_under_a_deadline_the_copy_starts_while_it_can_still_answer_in_time(
