@@ -122,28 +122,30 @@ class Plan(NamedTuple):
         note: str | None = None,
         gap: float | None = None,
     ) -> StepRecord:
-        return StepRecord(
-            name=self.name,
-            kind=self.kind,
-            attempt=self.attempt,
-            remaining_ms=_ms(self.remaining),
-            requested_ms=_ms(self.cap),
-            allocated_ms=_ms(self.budget),
-            clamped=self.clamped,
-            elapsed_ms=(time.monotonic() - self.started) * 1000.0,
-            status=status,
-            side_effect_started=side_effect_started,
-            cancel_source=cancel_source,
-            started_at=self.started_at,
-            note=note or self.note,
-            parent=self.parent,
-            held_ms=_ms(self.held or self.within) or None,
-            gap_ms=_ms(gap),
+        held = self.held or self.within
+        return StepRecord._of(  # the fields in their order (`StepRecord`)
+            (
+                self.name,
+                self.kind,
+                self.attempt,
+                None if self.remaining is None else round(self.remaining * 1000.0, 3),
+                None if self.cap is None else round(self.cap * 1000.0, 3),
+                None if self.budget is None else round(self.budget * 1000.0, 3),
+                self.clamped,
+                (time.monotonic() - self.started) * 1000.0,
+                status,
+                side_effect_started,
+                cancel_source,
+                self.started_at,
+                note or self.note,
+                0,
+                None,
+                None,
+                self.parent,
+                round(held * 1000.0, 3) or None if held else None,
+                None if gap is None else round(gap * 1000.0, 3),
+            )
         )
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000.0, 3)
 
 
 # -- the run --------------------------------------------------------------------------------------

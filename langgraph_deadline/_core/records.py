@@ -126,6 +126,18 @@ class StepRecord(_PlainData):
         dict.update(self, zip(_RECORD_FIELDS, _record_values(self), strict=True))
         dict.__setitem__(self, "status", self.status.value)
 
+    @classmethod
+    def _of(cls, values: tuple[Any, ...]) -> StepRecord:
+        """A record from the values of its fields, in their order: what `__init__` makes,
+        without its keyword arguments and frozen-dataclass assignments (every step makes one,
+        on the hot path). The values are trusted: callers pass each field's type."""
+        self = dict.__new__(cls)
+        for put, value in zip(_RECORD_SLOTS, values, strict=True):
+            put(self, value)
+        dict.update(self, zip(_RECORD_FIELDS, values, strict=True))
+        dict.__setitem__(self, "status", values[_STATUS_AT].value)
+        return self
+
     def ran_out_reason(self) -> str:
         """Why this step ended the run, in words a caller or a log reader can act on."""
         if self.status is StepStatus.SKIPPED:
@@ -160,6 +172,8 @@ class StepRecord(_PlainData):
 
 _RECORD_FIELDS: Final = tuple(f.name for f in dataclasses.fields(StepRecord))
 _record_values: Final = operator.attrgetter(*_RECORD_FIELDS)
+_RECORD_SLOTS: Final = tuple(getattr(StepRecord, name).__set__ for name in _RECORD_FIELDS)
+_STATUS_AT: Final = _RECORD_FIELDS.index("status")
 _RECORD_DEFAULTS: Final = {
     f.name: f.default
     for f in dataclasses.fields(StepRecord)

@@ -68,3 +68,41 @@ def test_the_reason_a_step_ran_out_is_said_in_one_way(
     status: StepStatus, allocated: float, says: str
 ) -> None:
     assert says in _record(status, allocated).ran_out_reason()
+
+
+def test_a_planned_steps_record_is_the_one_its_fields_would_make() -> None:
+    """`Plan.record` builds its record from the fields' values in order, off the keyword path:
+    each value must land in its own field, in the attributes and in the plain data alike."""
+    import dataclasses
+
+    from langgraph_deadline._core.plan import Plan
+
+    plan = Plan(
+        name="fetch",
+        kind="tool",
+        attempt=2,
+        deadline=None,
+        remaining=1.5,
+        cap=0.75,
+        budget=0.5,
+        min_viable=0.0,
+        started=0.0,
+        started_at=1_700_000_000.0,
+        note="from the plan",
+        held=0.25,
+        parent="agent@1",
+    )
+    record = plan.record(
+        StepStatus.TIMED_OUT, side_effect_started=True, cancel_source="step_cap", gap=0.125
+    )
+    made = StepRecord(**{f.name: getattr(record, f.name) for f in dataclasses.fields(record)})
+    assert dict(record) == dict(made) and record == made
+    assert (record.name, record.kind, record.attempt) == ("fetch", "tool", 2)
+    assert (record.remaining_ms, record.requested_ms, record.allocated_ms) == (1500, 750, 500)
+    assert record.clamped is False and record.status is StepStatus.TIMED_OUT  # held: not clamped
+    assert record.side_effect_started and record.cancel_source == "step_cap"
+    assert (record.started_at, record.note, record.parent) == (1.7e9, "from the plan", "agent@1")
+    assert (record.hedges, record.winner, record.hedge_held) == (0, None, None)
+    assert (record.held_ms, record.gap_ms) == (250, 125)
+    assert record["status"] == "timed_out" and record["gap_ms"] == 125
+    assert dataclasses.replace(record, note=None).note is None
