@@ -10,7 +10,6 @@ hooks LangChain calls, each hook a few lines handing on to those rules.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -44,7 +43,7 @@ from .._tools.tool import DeadlineTool
 from .fallback_calls import acall_chain, call_chain
 from .model import MIN_SAMPLES, BudgetedModel, fallbacks_of
 from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
-from .run import RUN, DeadlineAgentState, elapsed_ms, fields, skipped
+from .run import RUN, DeadlineAgentState, elapsed_ms, fields, run_started, skipped, tell_ended
 from .seams import ToolHook
 from .settings import MiddlewareSettings
 from .tool_calls import ToolResult, ran_out, tool_plan, tool_result
@@ -258,7 +257,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return {
                 "deadline": at,
                 "deadline_trace": Overwrite([]),
-                RUN: {"at": at, "started": time.time(), "joined": True},
+                RUN: run_started(at, self.settings.reserve, joined=True),
             }
         stamped = values.get("deadline")
         nested = in_parent_graph()  # a parent's state may hold a previous turn's deadline
@@ -267,7 +266,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         own = None if self.timeout is None else Deadline.after(self.timeout)
         d = earliest(given, current_deadline(), own)
         at = None if d is None else d.timestamp
-        return {**fresh_run_update(at), RUN: {"at": at, "started": time.time(), "nested": nested}}
+        return {**fresh_run_update(at), RUN: run_started(at, self.settings.reserve, nested=nested)}
 
     async def abefore_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any]:
         return self.before_agent(state, runtime)
@@ -280,9 +279,9 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         run = values.get(RUN) or {}
         if values.get("deadline_outcome") is not None or run.get("nested") or run.get("joined"):
             return None
-        return {
-            "deadline_outcome": Outcome(terminal=Terminal.COMPLETED, elapsed_ms=elapsed_ms(values))
-        }
+        outcome = Outcome(terminal=Terminal.COMPLETED, elapsed_ms=elapsed_ms(values))
+        tell_ended(values, outcome)
+        return {"deadline_outcome": outcome}
 
     async def aafter_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]

@@ -25,6 +25,7 @@ from .closing import give_up
 from .model import MIN_SAMPLES
 from .note import budget_note, tool_times, with_note
 from .provider import Rate, budget_tokens, call_options, length_hint, settings_max_tokens
+from .run import tell_ended
 from .settings import MiddlewareSettings
 from .timing import StreamTiming, book_rate, timing_for
 
@@ -151,6 +152,7 @@ def gave_up(
     """The model's answer when its call could not fit: the agent's closing words, as a response
     (after what a cut call had already said, `partial`)."""
     update = give_up(state, record, partial=partial)
+    tell_ended(state, update["deadline_outcome"])
     return ExtendedModelResponse(
         model_response=ModelResponse(result=update.pop("messages")),
         command=Command(update=update),

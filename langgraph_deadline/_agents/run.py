@@ -1,5 +1,5 @@
 """What the agent middleware keeps about a run: the state fields it adds, when the run started,
-and the record of a step that did not start."""
+the record of a step that did not start, and the run's end told to the observers."""
 
 from __future__ import annotations
 
@@ -9,13 +9,24 @@ from typing import Annotated, Any, Final, NotRequired, cast
 
 from langchain.agents.middleware import AgentState
 from langchain.agents.middleware.types import PrivateStateAttr
+from langgraph.config import get_config
 
-from .._core.plan import Plan
+from .._core.observe import RunEvent
+from .._core.plan import Plan, new_run_id, run_from_config
 from .._core.record import record_child
-from .._core.records import StepRecord, StepStatus
+from .._core.records import Outcome, StepRecord, StepStatus
 from .._graph.state import DeadlineState
+from .._graph.terminal import origin_of, tell_run_ended
 
-__all__ = ["RUN", "DeadlineAgentState", "elapsed_ms", "fields", "skipped"]
+__all__ = [
+    "RUN",
+    "DeadlineAgentState",
+    "elapsed_ms",
+    "fields",
+    "run_started",
+    "skipped",
+    "tell_ended",
+]
 
 RUN: Final = "deadline_run"
 """The private state field: which deadline the middleware stamped, and when the run started."""
@@ -26,10 +37,13 @@ class DeadlineAgentState(AgentState[Any], DeadlineState):
 
     `DeadlineMiddleware` adds it to the agent for you. `deadline_run` is private bookkeeping
     (which deadline this middleware stamped, when the run started, whether it runs inside a
-    parent graph or joined a turn in progress); it is neither input nor output.
+    parent graph or joined a turn in progress, the run's id and whether it tells its own end);
+    it is neither input nor output.
     """
 
-    deadline_run: NotRequired[Annotated[dict[str, float | bool | None] | None, PrivateStateAttr]]
+    deadline_run: NotRequired[
+        Annotated[dict[str, float | bool | str | None] | None, PrivateStateAttr]
+    ]
 
 
 def fields(state: AgentState[Any]) -> Mapping[str, Any]:
@@ -51,3 +65,53 @@ def skipped(plan: Plan) -> StepRecord:
     record = plan.record(StepStatus.SKIPPED)
     record_child(record, None)
     return record
+
+
+def run_started(
+    at: float | None, reserve: float, **notes: bool
+) -> dict[str, float | bool | str | None]:
+    """The private record of a run that starts now with deadline `at` (epoch seconds) and the
+    middleware's `reserve`: its id,
+    and `told` when this middleware tells its end: not when `with_deadlines` runs the agent
+    (it tells every run's end) nor inside a parent graph or a turn in progress (`nested`,
+    `joined`: the parent's run is the one that ends)."""
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a LangGraph run
+        config = {}
+    quiet = run_from_config(config) is not None or any(notes.values())
+    origin = dict(origin_of(config))
+    return {
+        "at": at,
+        "started": time.time(),
+        "id": new_run_id(),
+        "reserve": reserve,
+        "told": not quiet,
+        "lg_run_id": origin.get("run_id"),
+        "thread_id": origin.get("thread_id"),
+        **notes,
+    }
+
+
+def tell_ended(state: Mapping[str, Any], outcome: Outcome) -> None:
+    """A run this middleware keeps on its own ended with `outcome`: told to the observers (and
+    logged when it did not complete), as `with_deadlines` tells its runs' ends."""
+    run = state.get(RUN) or {}
+    if not run.get("told"):
+        return
+    started, at, reserve = run.get("started"), run.get("at"), run.get("reserve")
+    origin = tuple(
+        (key, str(value))
+        for key, value in (("run_id", run.get("lg_run_id")), ("thread_id", run.get("thread_id")))
+        if value is not None
+    )
+    tell_run_ended(
+        RunEvent(
+            outcome=outcome,
+            run_id=str(run.get("id")),
+            started_at=started if isinstance(started, float) else time.time(),
+            deadline_at=at if isinstance(at, float) else None,
+            reserve_s=reserve if isinstance(reserve, float) else 0.0,
+        ),
+        origin,
+    )

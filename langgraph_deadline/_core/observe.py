@@ -49,7 +49,8 @@ class StepEvent:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunEvent:
-    """A run ended (with `with_deadlines`): its outcome, when it started, its deadline."""
+    """A run ended (with `with_deadlines`, or under `DeadlineMiddleware` alone): its outcome, when
+    it started, its deadline."""
 
     outcome: Outcome
     run_id: str

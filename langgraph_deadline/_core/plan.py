@@ -40,6 +40,7 @@ __all__ = [
     "RunAlarm",
     "RunTracker",
     "current_parent",
+    "new_run_id",
     "plan_step",
     "run_from_config",
     "run_step_end",
@@ -151,7 +152,7 @@ class Plan(NamedTuple):
 # -- the run --------------------------------------------------------------------------------------
 
 
-def _run_id() -> str:
+def new_run_id() -> str:
     """A random 128-bit id, as hex: unique per run (a forked child reseeds `random`) and made
     without `uuid.uuid4()`, which code under test mocks to count LangGraph's own ids."""
     return f"{random.getrandbits(128):032x}"
@@ -168,7 +169,7 @@ class RunTracker:
     in_flight: dict[int, Plan] = dataclasses.field(default_factory=dict)
     backstop_fired: bool = False
     latest: Any = None
-    run_id: str = dataclasses.field(default_factory=_run_id)
+    run_id: str = dataclasses.field(default_factory=new_run_id)
     interrupted: bool = False
     emitted: bool = False
     outcome: Outcome | None = None  # set by the step that ended the run early

@@ -24,6 +24,7 @@ __all__ = [
     "outcome_from",
     "raised",
     "reraise_with_state",
+    "tell_run_ended",
     "terminal_of",
 ]
 
@@ -75,24 +76,30 @@ def outcome_from(run: RunTracker, default_reason: str | None) -> Outcome:
 
 
 def emit_run_outcome(run: RunTracker, outcome: Outcome | None) -> None:
-    """Tell the observers how the run ended, once; a run that did not complete is also logged
-    by the `langgraph_deadline` logger (a server's log says its runs succeeded): a WARNING when
-    it ran out of time or steps, INFO when it was cancelled or failed (the caller already knows:
-    the error or the cancellation reached it)."""
+    """Tell the observers how the run ended, once (`tell_run_ended`)."""
     if outcome is None or run.emitted:
         return
     run.emitted = True
-    if not outcome.ok:
-        _log_outcome(run, outcome)
-    emit_run(
+    tell_run_ended(
         RunEvent(
             outcome=outcome,
             run_id=run.run_id,
             started_at=run.started_at,
             deadline_at=run.deadline.timestamp if run.deadline else None,
             reserve_s=run.reserve,
-        )
+        ),
+        run.origin,
     )
+
+
+def tell_run_ended(event: RunEvent, origin: tuple[tuple[str, str], ...] = ()) -> None:
+    """A run's end, told to the observers; one that did not complete is also logged by the
+    `langgraph_deadline` logger (a server's log says its runs succeeded): a WARNING when it ran
+    out of time or steps, INFO when it was cancelled or failed (the caller already knows: the
+    error or the cancellation reached it). `origin`: the framework's names for the run."""
+    if not event.outcome.ok:
+        _log_outcome(event.run_id, origin, event.outcome)
+    emit_run(event)
 
 
 def origin_of(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -103,12 +110,12 @@ def origin_of(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((key, str(value)) for key, value in found if value is not None)
 
 
-def _log_outcome(run: RunTracker, outcome: Outcome) -> None:
+def _log_outcome(run_id: str, origin: tuple[tuple[str, str], ...], outcome: Outcome) -> None:
     """One line for a run that did not complete: its ids, terminal, step and reason."""
-    names = dict(run.origin)
-    notes = [f"{key}={value}" for key, value in run.origin if key != "run_id"]
+    names = dict(origin)
+    notes = [f"{key}={value}" for key, value in origin if key != "run_id"]
     if "run_id" in names:  # the framework's id first: the one its own log shows
-        notes.append(f"deadline run {run.run_id}")
+        notes.append(f"deadline run {run_id}")
     level = (
         logging.INFO
         if outcome.terminal in (Terminal.CANCELLED, Terminal.FAILED)
@@ -117,19 +124,19 @@ def _log_outcome(run: RunTracker, outcome: Outcome) -> None:
     log.log(
         level,
         "run %s ended %s%s%s: %s%s",
-        names.get("run_id", run.run_id),
+        names.get("run_id", run_id),
         outcome.terminal.value,
         f" at {outcome.step}" if outcome.step else "",
         "" if outcome.elapsed_ms is None else f" after {outcome.elapsed_ms:.0f} ms",
         outcome.reason or "no reason given",
         f" ({'; '.join(notes)})" if notes else "",
         extra={
-            "deadline_run_id": run.run_id,
+            "deadline_run_id": run_id,
             "deadline_terminal": outcome.terminal.value,
             "deadline_step": outcome.step,
             "deadline_reason": outcome.reason,
             "deadline_elapsed_ms": outcome.elapsed_ms,
-            **{f"deadline_{key}": value for key, value in run.origin},
+            **{f"deadline_{key}": value for key, value in origin},
         },
     )
 
