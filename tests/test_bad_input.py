@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.tools import tool
 from langgraph.graph import START, StateGraph
 
@@ -16,6 +17,7 @@ from langgraph_deadline import (
     Deadline,
     DeadlineState,
     budgeted,
+    budgeted_model,
     deadline_scope,
     deadline_tool,
     deadline_tools,
@@ -269,6 +271,12 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     (
         "a tool with a cap of 0",
         lambda: deadline_tool(lookup, cap=0),
+        ValueError,
+        "^cap must be more than 0 seconds, got 0: a step capped at 0 s never starts",
+    ),
+    (
+        "a model capped at 0",
+        lambda: budgeted_model(FakeListChatModel(responses=["x"]), cap=0),
         ValueError,
         "^cap must be more than 0 seconds, got 0: a step capped at 0 s never starts",
     ),

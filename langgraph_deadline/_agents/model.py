@@ -44,7 +44,13 @@ from .._core.record import record_child
 from .._core.records import StepStatus
 from .._core.rules import StepRule
 from .._core.run import StepResult, run_async, run_sync
-from .._core.validate import check_cap, check_idle_cap, check_number, check_seconds, show
+from .._core.validate import (
+    check_idle_cap,
+    check_number,
+    check_seconds,
+    check_step_cap,
+    show,
+)
 from .._graph.seams import PASSTHROUGH
 from .._graph.streams import stopping_streams, watching_streams
 from .._learn.book import LatencyBook
@@ -299,7 +305,7 @@ class ModelLimits:
     def __post_init__(self) -> None:
         if not isinstance(self.length_hint, bool):
             raise TypeError(f"length_hint must be a bool, got {show(self.length_hint)}")
-        object.__setattr__(self, "cap", check_cap(self.cap, "cap"))
+        object.__setattr__(self, "cap", check_step_cap(self.cap, "cap"))
         object.__setattr__(self, "min_viable", check_seconds(self.min_viable, "min_viable"))
         object.__setattr__(self, "tokens_per_second", check_rate(self.tokens_per_second))
         object.__setattr__(self, "idle_cap", check_idle_cap(self.idle_cap, "idle_cap"))
@@ -624,7 +630,8 @@ def budgeted_model(
     ```
 
     Raises:
-        TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0;
+        TypeError, ValueError: `cap` is not a finite number > 0 (or None), `min_viable` not a
+            finite number >= 0;
             `tokens_per_second` or `idle_cap` neither a number > 0 nor `learned(...)`;
             `length_hint` not a bool; `fallbacks` is empty, holds a non-model or two models of
             one name; `book` without `fallbacks`; `quantile` outside (0, 1).
