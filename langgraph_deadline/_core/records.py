@@ -8,7 +8,16 @@ import operator
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-__all__ = ["STALLED", "Outcome", "StepKind", "StepRecord", "StepStatus", "Terminal", "step_link"]
+__all__ = [
+    "STALLED",
+    "Outcome",
+    "StepKind",
+    "StepRecord",
+    "StepStatus",
+    "Terminal",
+    "ended_short",
+    "step_link",
+]
 
 StepKind = Literal["node", "tool", "model", "http"]
 
@@ -76,6 +85,14 @@ class StepStatus(enum.StrEnum):
 
 _CUT: frozenset[StepStatus] = frozenset({StepStatus.TIMED_OUT, StepStatus.ABANDONED})
 _RAN_OUT: frozenset[StepStatus] = _CUT | {StepStatus.SKIPPED}
+_SHORT: Final = _RAN_OUT | {StepStatus.STALE}
+
+
+def ended_short(status: StepStatus) -> bool:
+    """Whether a step that ended so was cut short by the deadline (ran out, or answered stale
+    after a cut): its time, and the time of a step it ran inside, is a bound below what it
+    takes, not a sample of it."""
+    return status in _SHORT
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,7 +5,8 @@ it is made (`listen=False` to feed it yourself with `record`), held weakly, and 
 instrumentation (`set_observers([])` does not silence it). It keeps names and durations only:
 no arguments, no user data. A finished step is a sample; a step cut at its budget (timed out,
 abandoned, or answered stale from a cache after a timeout) is a censored one, "longer than
-this"; steps skipped, failed or cancelled by a caller teach nothing about their duration.
+this", and so is a step that completed after a step inside it was cut short; steps skipped,
+failed or cancelled by a caller teach nothing about their duration.
 
 With a LangGraph `BaseStore` the book is shared by every process that uses the same store and
 namespace: each process writes its own sketches, every `flush_every` samples or
@@ -29,7 +30,7 @@ from typing import Any, Final
 
 from .._core.observe import RunEvent, StepEvent, unlisten
 from .._core.observe import listen as _listen
-from .._core.records import StepKind, StepRecord, StepStatus
+from .._core.records import StepKind, StepRecord, StepStatus, ended_short
 from .._core.validate import check_seconds
 from .sketch import BUCKETS, LatencySketch, bucket_of, empty_counts
 
@@ -51,6 +52,8 @@ learned from (`StepRecord.gap_ms`, for a step with an idle cap). A step cut mid-
 censored sample of it, "at least this long"."""
 _CENSORED: Final = frozenset({StepStatus.TIMED_OUT, StepStatus.ABANDONED, StepStatus.STALE})
 Key = tuple[str, str]  # (kind, name)
+_CUT_KEPT: Final = 4096
+"""How many steps with a step cut short inside them a book remembers until their own record."""
 
 
 def sample_of(record: StepRecord) -> tuple[float, bool] | None:
@@ -139,6 +142,7 @@ class LatencyBook:
             raise TypeError(f"listen must be True or False, got {listen!r}")
         self._lock = threading.Lock()
         self._tallies: dict[Key, Tally] = {}
+        self._cut_inside: dict[str, None] = {}  # links of steps a step cut short ran inside
         self._max_keys = max_keys
         self._shared: Shared | None = None
         if store is not None:
@@ -163,12 +167,31 @@ class LatencyBook:
         """Observer hook: runs teach the book nothing."""
 
     def add(self, record: StepRecord) -> None:
-        """Record one step: finished, censored at its cut, or nothing."""
+        """Record one step: finished, censored at its cut, or nothing. A step that completed
+        after a step inside it was cut short (a `tools` node whose tool call timed out) is
+        censored too: its time is a bound below what it takes. Records come as steps end, the
+        steps inside a step before it (their `parent` is its `link`)."""
+        short = ended_short(record.status)
+        if not short and self._cut_inside and (link := record.link) is not None:
+            with self._lock:
+                short = self._cut_inside.pop(link, False) is None
+        if short and record.parent is not None:
+            self._cut_inside_of(record.parent)
         sample = sample_of(record)
-        if sample is not None:
-            self.record(record.kind, record.name, sample[0], censored=sample[1])
-            if record.gap_ms is not None:
-                self.record(GAP, record.name, record.gap_ms / 1000.0, censored=sample[1])
+        if sample is None:
+            return
+        seconds, censored = sample
+        self.record(record.kind, record.name, seconds, censored=censored or short)
+        if record.gap_ms is not None:
+            self.record(GAP, record.name, record.gap_ms / 1000.0, censored=censored)
+
+    def _cut_inside_of(self, parent: str) -> None:
+        """`parent` (a step's link) had a step cut short inside it: kept until its own record
+        comes (a step nothing bounded sends none: the oldest are let go past `_CUT_KEPT`)."""
+        with self._lock:
+            self._cut_inside[parent] = None
+            if len(self._cut_inside) > _CUT_KEPT:
+                del self._cut_inside[next(iter(self._cut_inside))]
 
     def record(self, kind: str, name: str, seconds: float, *, censored: bool = False) -> None:
         """Record one duration of the step `(kind, name)`: it finished in `seconds`, or

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from .._core.records import StepStatus
 from .._learn.book import LatencyBook
 from .._learn.policy import learned
 from .._learn.sketch import Estimate
-from .trace import Trace, cut_short
+from .trace import Trace
 
 __all__ = ["HEADROOM", "MIN_SAMPLES", "QUANTILE", "book_of", "format_learned"]
 
@@ -28,12 +27,8 @@ def book_of(trace: Trace) -> LatencyBook:
     """A latency book fed every step record of `trace` (and hearing nothing else)."""
     book = LatencyBook(listen=False)
     for steps in (*(run.steps for run in trace.runs), trace.loose):
-        for record, short in zip(steps, cut_short(steps), strict=True):
-            if short and record.status is StepStatus.COMPLETED:
-                # It completed, but a step inside it was cut: its time is a bound below.
-                book.record(record.kind, record.name, record.elapsed_ms / 1000.0, censored=True)
-            else:
-                book.add(record)
+        for record in steps:
+            book.add(record)  # a step a step cut short ran inside is censored there
     return book
 
 

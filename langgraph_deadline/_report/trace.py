@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._core.records import StepRecord, StepStatus, Terminal
+from .._core.records import StepRecord, Terminal, ended_short
 
 __all__ = ["Trace", "TraceRun", "cut_short", "read_trace"]
 
@@ -84,7 +84,7 @@ def cut_short(steps: Sequence[StepRecord]) -> list[bool]:
     inside: set[str] = set()  # the links of the steps a step cut short ran inside
     out: list[bool] = []
     for rec in steps:
-        short = rec.status.ran_out or rec.status is StepStatus.STALE
+        short = ended_short(rec.status)
         if not short and inside and (link := rec.link) is not None:
             short = link in inside
         if short and rec.parent is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
 from langgraph_deadline import StepRecord
 from langgraph_deadline._core.record import commit_record
 from langgraph_deadline.instrument import set_observers
@@ -77,3 +79,43 @@ def test_books_merge() -> None:
     one.merge(two)
     assert one.sketch("t", "tool").count == 2
     assert one.sketch("t").censored == 1
+
+
+@pytest.mark.anyio
+async def test_a_node_whose_tool_call_was_cut_is_a_censored_sample_of_the_node() -> None:
+    """A `tools` node completes when its tool call times out (the model gets the timeout in
+    words): the node's time is then the tool's cap, a bound below what the node takes. A
+    node with a skipped tool inside it too; a node whose tools all answered is a sample."""
+    import asyncio
+
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode
+
+    from langgraph_deadline import DeadlineState, deadline_tool, with_deadlines
+
+    class State(MessagesState, DeadlineState):
+        pass
+
+    @deadline_tool(cap=0.1)
+    async def search(query: str) -> str:
+        """Search."""
+        await asyncio.sleep(float(query))
+        return "found"
+
+    builder = StateGraph(State)
+    builder.add_node("tools", ToolNode([search]))
+    builder.add_edge(START, "tools")
+    graph = with_deadlines(builder, timeout=5.0, checkpointer=InMemorySaver())
+    book = LatencyBook()
+    try:
+        for i, delay in enumerate(["0.01", "1.0", "0.01"]):
+            call = {"type": "tool_call", "id": f"c{i}", "name": "search", "args": {"query": delay}}
+            config = {"configurable": {"thread_id": f"t{i}"}}
+            await graph.ainvoke({"messages": [AIMessage("", tool_calls=[call])]}, config)
+        tools = book.sketch("tools", "node")
+        assert (tools.count, tools.censored) == (3, 1)  # the run whose call was cut
+        assert book.sketch("search", "tool").censored == 1
+    finally:
+        book.detach()
