@@ -43,7 +43,16 @@ from .._tools.tool import DeadlineTool
 from .fallback_calls import acall_chain, call_chain
 from .model import MIN_SAMPLES, BudgetedModel, fallbacks_of
 from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
-from .run import RUN, DeadlineAgentState, elapsed_ms, fields, run_started, skipped, tell_ended
+from .run import (
+    RUN,
+    DeadlineAgentState,
+    elapsed_ms,
+    fields,
+    run_started,
+    skipped,
+    steps_of,
+    tell_ended,
+)
 from .seams import ToolHook
 from .settings import MiddlewareSettings
 from .tool_calls import ToolResult, ran_out, tool_plan, tool_result
@@ -297,6 +306,14 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """The model call under its budget: cancelled at it, then the graceful ending. One that
         cannot fit (or comes after the run ended) is not made: the agent ends, in words."""
+        with steps_of(request.state):
+            return await self._amodel_call(request, handler)
+
+    async def _amodel_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         self.settings.check_tool_names(request.tools)
         if (ended := _ended(self.settings, request)) is not None:
             return ended
@@ -318,6 +335,14 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """Sync: the call runs on a worker thread the run stops waiting for at the budget (the
         thread cannot be killed: recorded `abandoned`); its token stream stops at the next chunk."""
+        with steps_of(request.state):
+            return self._model_call(request, handler)
+
+    def _model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         self.settings.check_tool_names(request.tools)
         if (ended := _ended(self.settings, request)) is not None:
             return ended
@@ -348,6 +373,14 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         of a tool the agent does not have (`request.tool` None) is budgeted too: a middleware
         listed after this one may run it (a tool added at run time), or ToolNode answers it
         with its own error."""
+        with steps_of(request.state):
+            return await self._atool_call(request, handler)
+
+    async def _atool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> ToolResult:
         tool = request.tool
         plan = tool_plan(self.settings, request, sync=getattr(tool, "coroutine", True) is None)
         if plan.skip:
@@ -372,6 +405,14 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], ToolResult],
     ) -> ToolResult:
         """Sync: past its budget the tool's thread is abandoned (it cannot be killed)."""
+        with steps_of(request.state):
+            return self._tool_call(request, handler)
+
+    def _tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolResult],
+    ) -> ToolResult:
         tool = request.tool
         plan = tool_plan(self.settings, request, sync=True)
         if plan.skip:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Annotated, Any, Final, NotRequired, cast
 
 from langchain.agents.middleware import AgentState
@@ -13,7 +14,7 @@ from langgraph.config import get_config
 
 from .._core.observe import RunEvent
 from .._core.plan import Plan, new_run_id, run_from_config
-from .._core.record import record_child
+from .._core.record import named_run, record_child
 from .._core.records import Outcome, StepRecord, StepStatus
 from .._graph.state import DeadlineState
 from .._graph.terminal import origin_of, tell_run_ended
@@ -25,6 +26,7 @@ __all__ = [
     "fields",
     "run_started",
     "skipped",
+    "steps_of",
     "tell_ended",
 ]
 
@@ -115,3 +117,13 @@ def tell_ended(state: Mapping[str, Any], outcome: Outcome) -> None:
         ),
         origin,
     )
+
+
+def steps_of(state: Mapping[str, Any]) -> AbstractContextManager[None]:
+    """The block's step records name the run this middleware keeps on its own (the one whose
+    end it tells), so that its steps and its end are grouped in the observers' events."""
+    run = state.get(RUN) or {}
+    if not run.get("told"):
+        return nullcontext()
+    at = run.get("at")
+    return named_run(str(run.get("id")), at if isinstance(at, float) else None)

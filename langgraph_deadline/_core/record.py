@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Final
 
@@ -9,7 +11,7 @@ from .observe import emit_step
 from .plan import PARENT, RunTracker
 from .records import StepRecord
 
-__all__ = ["child_records", "commit_record", "record_child"]
+__all__ = ["child_records", "commit_record", "named_run", "record_child"]
 
 
 def commit_record(record: StepRecord, run: RunTracker | None, key: int | None = None) -> None:
@@ -26,7 +28,24 @@ def commit_record(record: StepRecord, run: RunTracker | None, key: int | None = 
     if run is not None:
         emit_step(record, run.run_id, run.deadline.timestamp if run.deadline else None)
     else:
-        emit_step(record, None, None)
+        emit_step(record, *(_NAMED.get() or (None, None)))
+
+
+_NAMED: Final[ContextVar[tuple[str, float | None] | None]] = ContextVar(
+    "langgraph_deadline.named_run", default=None
+)
+
+
+@contextmanager
+def named_run(run_id: str, deadline_at: float | None) -> Iterator[None]:
+    """The steps recorded in the block belong to run `run_id` (deadline `deadline_at`, epoch
+    seconds) in their events: for a run kept without a tracker (`DeadlineMiddleware` alone),
+    so that the observers, and the report, group its steps with its run's end."""
+    token = _NAMED.set((run_id, deadline_at))
+    try:
+        yield
+    finally:
+        _NAMED.reset(token)
 
 
 _CHILDREN: Final[ContextVar[list[StepRecord] | None]] = ContextVar(

@@ -18,6 +18,7 @@ from langgraph_deadline import Terminal, with_deadlines
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.instrument import RunEvent, StepEvent, get_observers, set_observers
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
+from langgraph_deadline.types import StepStatus
 from tests.agents.support import SLOW, ask, orders
 from tests.chat_models import openai_chat as chat
 
@@ -127,3 +128,35 @@ def test_a_sync_run_is_told_too(
     out = agent.invoke(ask())
     [event] = runs
     assert event.outcome.terminal is Terminal.COMPLETED and event.deadline_at == out["deadline"]
+
+
+async def test_the_steps_of_a_run_name_it_so_the_report_groups_them(
+    server: FakeOpenAIServer, tmp_path: Any
+) -> None:
+    from langgraph_deadline._report.trace import read_trace
+    from langgraph_deadline.instrument import JsonlTraceWriter
+
+    path = tmp_path / "trace.jsonl"
+    writer = JsonlTraceWriter(str(path))
+    saved = get_observers()
+    set_observers([writer])
+    try:
+        agent = create_agent(chat(server), [orders], middleware=[DeadlineMiddleware(timeout=0.6)])
+        server.enqueue(ChatReply.tool_call("orders", {"query": "42"}))
+        server.enqueue(ChatReply.text("order 42 shipped"))
+        await agent.ainvoke(ask())
+        server.enqueue(ChatReply.counting(200, chunk_interval=SLOW))
+        await agent.ainvoke(ask())
+    finally:
+        set_observers(saved)
+        writer.close()
+
+    trace = read_trace([path])
+    assert trace.loose == ()  # every step is its run's
+    done, cut = trace.runs
+    assert [(s.kind, s.name) for s in done.steps] == [
+        ("model", "model"),
+        ("tool", "orders"),
+        ("model", "model"),
+    ]
+    assert [s.status for s in cut.steps] == [StepStatus.TIMED_OUT]
