@@ -11,13 +11,15 @@ bounds them all (the step's cut cancels every copy).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
+import functools
 import math
 import threading
 import time
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, ParamSpec, TypeVar
 
 import anyio
 
@@ -26,7 +28,10 @@ from .._core.cut import Cut
 from .._core.validate import check_cap, check_number, show
 from .._learn.book import LatencyBook
 
-__all__ = ["Copies", "Hedge", "HedgeBudget", "HeldBy", "race"]
+__all__ = ["Copies", "Hedge", "HedgeBudget", "HeldBy", "answering", "race"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 HeldBy = Literal["budget", "outage", "time"]
 """Why a hedged call's next copy was not started: its tool's hedge budget was spent, its
@@ -39,6 +44,11 @@ CLOSE_GRACE_S: Final = 0.05
 OUTAGE_CALLS: Final = 10
 """About how many recent calls `HedgeBudget` tells a slow backend (an outage) from stragglers
 by: a moving average over them (and none is told before it has seen that many)."""
+_ANSWERED: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "langgraph_deadline_hedge_answered", default=None
+)
+"""In a copy's context (and the tasks it starts, LangChain's tool task among them): what to
+call the moment that copy's tool coroutine has answered."""
 _FIT: Final = 1.5  # under a deadline, the first copy starts by when this many typical calls fit
 _REFRESH: Final = 16  # work the learned delay out again when the samples grew by 1/16
 
@@ -289,10 +299,14 @@ async def race(
             wait = None if next_at is None else max(0.0, next_at - loop.time())
             done, pending = await asyncio.wait(pending, timeout=wait, return_when=FIRST_COMPLETED)
             if field.winner is not None:
+                winning = field.tasks[field.winner]
+                if not winning.done():  # it answered; a loser ended first: wait for its answer
+                    pending, next_at = {winning}, None
+                    continue
                 if first_due is not None and not told:
                     budget.tell(late=loop.time() >= first_due)
                 copies.winner = field.winner
-                return field.tasks[field.winner].result()
+                return winning.result()
             for task in sorted(done, key=field.tasks.index):
                 if not task.cancelled():  # cancelled: by the loop shutting down
                     error = error or task.exception()
@@ -328,6 +342,25 @@ def _held(hedge: Hedge, name: str, budget: HedgeBudget, *, first: bool) -> HeldB
     return budget.withdraw(first=first)
 
 
+def answering(coroutine: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+    """`coroutine` (a tool's), telling the hedged race it runs in the moment it has answered:
+    the first copy's answer cancels the others there and then, rather than once the answer has
+    travelled back up through the tasks around it (LangChain runs a tool's coroutine in a task
+    of its own: one loop iteration more, and each iteration runs whatever else is ready). Same
+    signature (LangChain reads it for `config` and `callbacks`); outside a race, it only calls
+    `coroutine`."""
+
+    @functools.wraps(coroutine)
+    async def answered(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        value = await coroutine(*args, **kwargs)
+        won = _ANSWERED.get()
+        if won is not None:
+            won()
+        return value
+
+    return answered
+
+
 class _Lost(Exception):
     """A copy cancelled because another answered (or the step ended)."""
 
@@ -355,12 +388,18 @@ class _Field:
         assert task is not None
         with Cut(self.loop, task) as cut:
             self.cuts[i] = cut
+            _ANSWERED.set(functools.partial(self.won, i))  # this task's context (a copy's own)
             value = await call()
-            if self.winner is None:
-                self.winner = i
-                self.cancel(but=i)  # now: the losers' sockets close in this loop iteration
+            self.won(i)  # a call that did not tell (not made by `answering`) wins here
             return value
         raise _Lost  # reached only when the cut swallowed its own cancellation
+
+    def won(self, i: int) -> None:
+        """Copy `i` has answered: the first to do so wins, and the others are cancelled now
+        (their sockets start closing in this loop iteration)."""
+        if self.winner is None:
+            self.winner = i
+            self.cancel(but=i)
 
     def cancel(self, *, but: int | None = None) -> list[asyncio.Task[Any]]:
         """Cancel every copy still running but `but` (each once); a copy that has not started
