@@ -49,6 +49,7 @@ _ANSWERED: contextvars.ContextVar[Callable[[], None] | None] = contextvars.Conte
 )
 """In a copy's context (and the tasks it starts, LangChain's tool task among them): what to
 call the moment that copy's tool coroutine has answered."""
+_RETRY: Final = 0.25  # a call the hedge budget held asks again after this share of its delay
 _FIT: Final = 1.5  # under a deadline, the first copy starts by when this many typical calls fit
 _REFRESH: Final = 16  # work the learned delay out again when the samples grew by 1/16
 
@@ -68,7 +69,8 @@ class Hedge:
     `max_copies` in all, one per further `delay`), if the step's budget left still fits a
     typical call and the tool's `HedgeBudget` allows it. Under a deadline the first copy starts
     sooner when waiting for `delay` would leave less than 1.5 typical calls (but never before
-    one typical call has passed). `delay` is the `book`'s learned
+    one typical call has passed); a call the budget held back asks again every quarter `delay`
+    (the budget refills as calls come in). `delay` is the `book`'s learned
     `quantile` of the tool's latency once it has `min_samples` samples, else `after`; with
     neither, the call is not hedged. Extra copies are at most `budget` x the calls plus
     `floor_per_s` per second, over the last 10 s. While more than `outage_share` of the tool's
@@ -260,10 +262,13 @@ async def race(
     """`call()` hedged: copy 0 now, one more after each `hedge.delay(name)` while none has
     answered (the first sooner when the step's time left would then be under `_FIT` typical
     calls; up to `max_copies`, while `budget` allows and the step's time left fits a typical
-    call). The first copy to return wins; the others are cancelled the moment it returns (from
-    the winning copy itself, before its answer travels back here) and have closed before this
-    returns. A copy that raises leaves the others running; when every copy raised, the first
-    error is raised. Runs inside the step's guard: when it is cut, every copy is cancelled.
+    call; one the budget held is asked for again every `_RETRY` x the delay). The first copy
+    to answer wins; the others are cancelled the moment it answers and have closed before this
+    returns. "Answers": the tool's coroutine returns, when `call` runs one made by `answering`
+    (from inside LangChain's tool task, before the answer travels back through it); else
+    `call()` returns (from the winning copy itself, before its answer travels back here). A
+    copy that raises leaves the others running; when every copy raised, the first error is
+    raised. Runs inside the step's guard: when it is cut, every copy is cancelled.
 
     Each copy is a task under a `Cut` of its own, cancelled once: an anyio task group would
     cancel a copy again and again, and so cancel the clean-up of the task LangChain runs a
@@ -317,10 +322,16 @@ async def race(
             if len(field.tasks) >= hedge.max_copies:
                 next_at = None
             elif (held := _held(hedge, name, budget, first=first)) is not None:
-                copies.held, next_at = held, None
+                copies.held = held
+                # The budget refills as calls come in: a call it held asks again a little later
+                # (a straggler still has most of its time to run). Time only runs out, and an
+                # outage tells itself over.
+                next_at = None
+                if held == "budget" and delay is not None:
+                    next_at = loop.time() + _RETRY * delay
             else:
                 pending.add(start())
-                due += delay if delay is not None else 0.0
+                due = max(due, loop.time()) + (delay if delay is not None else 0.0)
                 next_at = due
         assert error is not None
         raise error

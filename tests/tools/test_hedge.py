@@ -308,6 +308,30 @@ async def test_the_hedge_budget_caps_extra_calls_under_a_burst(
     assert sum(r.hedges for r in _tool_records(steps)) == extra
 
 
+async def test_a_call_the_budget_held_gets_its_copy_once_other_calls_refill_it(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    # 5 %, no floor: the straggler alone has earned 0.05 of a copy, and is held; 20 calls
+    # later the budget has one, and the straggler, still waiting, gets it.
+    hedge = Hedge(after=0.2, budget=0.05, floor_per_s=0.0, outage_share=None)
+    async with httpx.AsyncClient() as client:
+        search = _search(slow_server, [1.5, 0.01], hedge, client=client, cap=5.0)
+
+        t0 = time.monotonic()
+        straggler = asyncio.ensure_future(search.ainvoke(_call(id="straggler")))
+        await asyncio.sleep(0.3)  # held at 0.2 s
+        for i in range(20):  # one after the other: each well inside its delay
+            assert (await search.ainvoke(_call(id=f"c{i}"))).status == "success"
+        message = await straggler
+        took = time.monotonic() - t0
+
+    assert '"delay": 0.01' in message.text  # its copy's answer, not its own 1.5 s one
+    assert took < 1.5
+    [hedged] = [r for r in _tool_records(steps) if r.hedges]
+    assert (hedged.hedges, hedged.winner, hedged.hedge_held) == (1, 1, "budget")
+    assert len(slow_server.requests) - 21 <= 1  # within 5 % of the 21 calls
+
+
 async def _slow_for_everyone(
     server: SlowServer, hedge: Hedge, steps: list[StepRecord], calls: int
 ) -> tuple[int, list[StepRecord]]:
