@@ -11,13 +11,15 @@ bounds them all (the step's cut cancels every copy).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
+import functools
 import math
 import threading
 import time
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, ParamSpec, TypeVar
 
 import anyio
 
@@ -26,7 +28,10 @@ from .._core.cut import Cut
 from .._core.validate import check_cap, check_number, show
 from .._learn.book import LatencyBook
 
-__all__ = ["Copies", "Hedge", "HedgeBudget", "HeldBy", "race"]
+__all__ = ["Copies", "Hedge", "HedgeBudget", "HeldBy", "answering", "race"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 HeldBy = Literal["budget", "outage", "time"]
 """Why a hedged call's next copy was not started: its tool's hedge budget was spent, its
@@ -39,6 +44,12 @@ CLOSE_GRACE_S: Final = 0.05
 OUTAGE_CALLS: Final = 10
 """About how many recent calls `HedgeBudget` tells a slow backend (an outage) from stragglers
 by: a moving average over them (and none is told before it has seen that many)."""
+_ANSWERED: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "langgraph_deadline_hedge_answered", default=None
+)
+"""In a copy's context (and the tasks it starts, LangChain's tool task among them): what to
+call the moment that copy's tool coroutine has answered."""
+_RETRY: Final = 0.25  # a call the hedge budget held asks again after this share of its delay
 _FIT: Final = 1.5  # under a deadline, the first copy starts by when this many typical calls fit
 _REFRESH: Final = 16  # work the learned delay out again when the samples grew by 1/16
 
@@ -58,7 +69,8 @@ class Hedge:
     `max_copies` in all, one per further `delay`), if the step's budget left still fits a
     typical call and the tool's `HedgeBudget` allows it. Under a deadline the first copy starts
     sooner when waiting for `delay` would leave less than 1.5 typical calls (but never before
-    one typical call has passed). `delay` is the `book`'s learned
+    one typical call has passed); a call the budget held back asks again every quarter `delay`
+    (the budget refills as calls come in). `delay` is the `book`'s learned
     `quantile` of the tool's latency once it has `min_samples` samples, else `after`; with
     neither, the call is not hedged. Extra copies are at most `budget` x the calls plus
     `floor_per_s` per second, over the last 10 s. While more than `outage_share` of the tool's
@@ -250,10 +262,13 @@ async def race(
     """`call()` hedged: copy 0 now, one more after each `hedge.delay(name)` while none has
     answered (the first sooner when the step's time left would then be under `_FIT` typical
     calls; up to `max_copies`, while `budget` allows and the step's time left fits a typical
-    call). The first copy to return wins; the others are cancelled the moment it returns (from
-    the winning copy itself, before its answer travels back here) and have closed before this
-    returns. A copy that raises leaves the others running; when every copy raised, the first
-    error is raised. Runs inside the step's guard: when it is cut, every copy is cancelled.
+    call; one the budget held is asked for again every `_RETRY` x the delay). The first copy
+    to answer wins; the others are cancelled the moment it answers and have closed before this
+    returns. "Answers": the tool's coroutine returns, when `call` runs one made by `answering`
+    (from inside LangChain's tool task, before the answer travels back through it); else
+    `call()` returns (from the winning copy itself, before its answer travels back here). A
+    copy that raises leaves the others running; when every copy raised, the first error is
+    raised. Runs inside the step's guard: when it is cut, every copy is cancelled.
 
     Each copy is a task under a `Cut` of its own, cancelled once: an anyio task group would
     cancel a copy again and again, and so cancel the clean-up of the task LangChain runs a
@@ -289,10 +304,14 @@ async def race(
             wait = None if next_at is None else max(0.0, next_at - loop.time())
             done, pending = await asyncio.wait(pending, timeout=wait, return_when=FIRST_COMPLETED)
             if field.winner is not None:
+                winning = field.tasks[field.winner]
+                if not winning.done():  # it answered; a loser ended first: wait for its answer
+                    pending, next_at = {winning}, None
+                    continue
                 if first_due is not None and not told:
                     budget.tell(late=loop.time() >= first_due)
                 copies.winner = field.winner
-                return field.tasks[field.winner].result()
+                return winning.result()
             for task in sorted(done, key=field.tasks.index):
                 if not task.cancelled():  # cancelled: by the loop shutting down
                     error = error or task.exception()
@@ -303,10 +322,16 @@ async def race(
             if len(field.tasks) >= hedge.max_copies:
                 next_at = None
             elif (held := _held(hedge, name, budget, first=first)) is not None:
-                copies.held, next_at = held, None
+                copies.held = held
+                # The budget refills as calls come in: a call it held asks again a little later
+                # (a straggler still has most of its time to run). Time only runs out, and an
+                # outage tells itself over.
+                next_at = None
+                if held == "budget" and delay is not None:
+                    next_at = loop.time() + _RETRY * delay
             else:
                 pending.add(start())
-                due += delay if delay is not None else 0.0
+                due = max(due, loop.time()) + (delay if delay is not None else 0.0)
                 next_at = due
         assert error is not None
         raise error
@@ -326,6 +351,25 @@ def _held(hedge: Hedge, name: str, budget: HedgeBudget, *, first: bool) -> HeldB
     if remaining() < hedge.typical(name):
         return "time"
     return budget.withdraw(first=first)
+
+
+def answering(coroutine: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+    """`coroutine` (a tool's), telling the hedged race it runs in the moment it has answered:
+    the first copy's answer cancels the others there and then, rather than once the answer has
+    travelled back up through the tasks around it (LangChain runs a tool's coroutine in a task
+    of its own: one loop iteration more, and each iteration runs whatever else is ready). Same
+    signature (LangChain reads it for `config` and `callbacks`); outside a race, it only calls
+    `coroutine`."""
+
+    @functools.wraps(coroutine)
+    async def answered(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        value = await coroutine(*args, **kwargs)
+        won = _ANSWERED.get()
+        if won is not None:
+            won()
+        return value
+
+    return answered
 
 
 class _Lost(Exception):
@@ -355,12 +399,18 @@ class _Field:
         assert task is not None
         with Cut(self.loop, task) as cut:
             self.cuts[i] = cut
+            _ANSWERED.set(functools.partial(self.won, i))  # this task's context (a copy's own)
             value = await call()
-            if self.winner is None:
-                self.winner = i
-                self.cancel(but=i)  # now: the losers' sockets close in this loop iteration
+            self.won(i)  # a call that did not tell (not made by `answering`) wins here
             return value
         raise _Lost  # reached only when the cut swallowed its own cancellation
+
+    def won(self, i: int) -> None:
+        """Copy `i` has answered: the first to do so wins, and the others are cancelled now
+        (their sockets start closing in this loop iteration)."""
+        if self.winner is None:
+            self.winner = i
+            self.cancel(but=i)
 
     def cancel(self, *, but: int | None = None) -> list[asyncio.Task[Any]]:
         """Cancel every copy still running but `but` (each once); a copy that has not started

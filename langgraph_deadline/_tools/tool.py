@@ -28,7 +28,7 @@ from .._graph.seams import PASSTHROUGH
 from .._retry.policy import RetryOn
 from . import policy, stale
 from .cache import StaleCache
-from .hedge import Copies, Hedge, HedgeBudget, race
+from .hedge import Copies, Hedge, HedgeBudget, answering, race
 from .options import ToolOptions
 
 __all__ = ["DeadlineTool"]
@@ -61,6 +61,8 @@ class DeadlineTool(BaseTool):
     options: InstanceOf[ToolOptions] = ToolOptions()
     _said_uncached: bool = PrivateAttr(default=False)  # warned once that a call had no namespace
     _hedge_budget: HedgeBudget | None = PrivateAttr(default=None)  # this tool's extra load
+    # (the wrapped tool, the copy of it each hedged copy runs): see `_racer`
+    _racing: tuple[BaseTool, BaseTool] | None = PrivateAttr(default=None)
 
     # -- the options, read-only ----------------------------------------------------------------
 
@@ -195,7 +197,7 @@ class DeadlineTool(BaseTool):
         call_cfg = self._call_config(input, cfg)
 
         async def copy() -> Any:
-            return await self.inner.ainvoke(input, call_cfg, **kwargs)
+            return await self._racer().ainvoke(input, call_cfg, **kwargs)
 
         async def once() -> Any:
             tries.started += 1
@@ -270,6 +272,22 @@ class DeadlineTool(BaseTool):
             )
         spent = self._hedge_budget
         return await race(copy, name=self.name, hedge=opts, budget=spent, copies=copies)
+
+    def _racer(self) -> BaseTool:
+        """The tool a hedged copy runs: the wrapped one, its coroutine (when it has one, as a
+        `@tool` function has) made by `hedge.answering`, so that the first copy to answer
+        cancels the others from inside LangChain's tool task, as soon as the coroutine returns.
+        Made again when the wrapped tool is replaced (`__setattr__`)."""
+        inner = self.inner
+        made = self._racing
+        if made is not None and made[0] is inner:
+            return made[1]
+        coroutine = getattr(inner, "coroutine", None)
+        racer = inner
+        if "coroutine" in type(inner).model_fields and coroutine is not None:
+            racer = inner.model_copy(update={"coroutine": answering(coroutine)})
+        self._racing = (inner, racer)
+        return racer
 
     # -- running out: a stale answer or words for the model --------------------------------------
 

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import BaseTool
 from langgraph.graph import START, StateGraph
 from langgraph.prebuilt import ToolNode
 
@@ -307,6 +308,30 @@ async def test_the_hedge_budget_caps_extra_calls_under_a_burst(
     assert sum(r.hedges for r in _tool_records(steps)) == extra
 
 
+async def test_a_call_the_budget_held_gets_its_copy_once_other_calls_refill_it(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    # 5 %, no floor: the straggler alone has earned 0.05 of a copy, and is held; 20 calls
+    # later the budget has one, and the straggler, still waiting, gets it.
+    hedge = Hedge(after=0.2, budget=0.05, floor_per_s=0.0, outage_share=None)
+    async with httpx.AsyncClient() as client:
+        search = _search(slow_server, [1.5, 0.01], hedge, client=client, cap=5.0)
+
+        t0 = time.monotonic()
+        straggler = asyncio.ensure_future(search.ainvoke(_call(id="straggler")))
+        await asyncio.sleep(0.3)  # held at 0.2 s
+        for i in range(20):  # one after the other: each well inside its delay
+            assert (await search.ainvoke(_call(id=f"c{i}"))).status == "success"
+        message = await straggler
+        took = time.monotonic() - t0
+
+    assert '"delay": 0.01' in message.text  # its copy's answer, not its own 1.5 s one
+    assert took < 1.5
+    [hedged] = [r for r in _tool_records(steps) if r.hedges]
+    assert (hedged.hedges, hedged.winner, hedged.hedge_held) == (1, 1, "budget")
+    assert len(slow_server.requests) - 21 <= 1  # within 5 % of the 21 calls
+
+
 async def _slow_for_everyone(
     server: SlowServer, hedge: Hedge, steps: list[StepRecord], calls: int
 ) -> tuple[int, list[StepRecord]]:
@@ -350,10 +375,10 @@ async def test_hedging_backs_off_while_the_backend_is_slow_for_everyone(
 async def test_the_winner_cancels_the_loser_before_its_answer_travels_back(
     slow_server: SlowServer,
 ) -> None:
-    """The loser is cancelled from the winning copy itself, as soon as the tool call returns
-    to it: not once the winning task's end has made its way back up to the race (two loop
-    iterations more, 6 in all; counted in iterations, not ms). The 4 left are LangChain's:
-    the tool's coroutine runs in a task of its own, and its end reaches the copy through it."""
+    """The loser is cancelled the moment the winning tool coroutine returns, from inside
+    LangChain's tool task: not once the answer has made its way back up to the copy (one loop
+    iteration more) or to the race (three more); counted in iterations, not ms. The 3 left are
+    httpcore's clean-up of the cancelled request (its lock, then the close)."""
     loop = asyncio.get_running_loop()
     ticks = 0
 
@@ -381,7 +406,70 @@ async def test_the_winner_cancels_the_loser_before_its_answer_travels_back(
     loop.call_soon(tick)
     message = await search.ainvoke(_call())
     assert '"delay": 0.02' in message.text
-    assert seen["cancelled"] - seen["answered"] <= 4
+    assert seen["cancelled"] - seen["answered"] <= 3
+
+
+async def test_the_loser_is_already_cancelled_when_the_loop_next_runs_after_the_winner_answers(
+    slow_server: SlowServer,
+) -> None:
+    """No loop iteration between the winning coroutine's return and the loser's cancellation
+    (each iteration runs whatever else is ready: under load, milliseconds): what the loop runs
+    next, scheduled by the winner as it returns, finds the loser's request cancelled."""
+    loop = asyncio.get_running_loop()
+    delays = iter([5.0, 0.02])
+    loser: list[asyncio.Task[Any]] = []
+    cancelling: list[int] = []
+
+    @deadline_tool(read_only=True, hedge=Hedge(after=0.1), cap=3.0)
+    async def search(query: str) -> str:
+        """Search the catalogue."""
+        delay = next(delays)
+        if delay > 1.0:
+            task = asyncio.current_task()  # the task LangChain runs this copy's coroutine in
+            assert task is not None
+            loser.append(task)
+        async with httpx.AsyncClient() as own:
+            text = (await own.get(slow_server.url("/slow"), params={"delay": delay})).text
+        loop.call_soon(lambda: cancelling.append(loser[0].cancelling()))
+        return text
+
+    message = await search.ainvoke(_call())
+
+    assert '"delay": 0.02' in message.text
+    assert cancelling == [1]  # cancelled once, before anything else ran
+    assert slow_server.wait_disconnected(1.0)
+    assert slow_server.requests[0].answered is None
+
+
+async def test_a_tool_class_of_its_own_is_hedged_and_its_loser_closed(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    """A `BaseTool` with an `_arun` of its own (no coroutine to tell the race it answered)
+    wins when its call returns: the loser is closed all the same."""
+    delays = iter([5.0, 0.02])
+
+    class Search(BaseTool):
+        name: str = "search"
+        description: str = "Search the catalogue."
+
+        def _run(self, query: str) -> str:
+            raise NotImplementedError
+
+        async def _arun(self, query: str) -> str:
+            async with httpx.AsyncClient() as own:
+                params = {"delay": next(delays), "q": query}
+                return (await own.get(slow_server.url("/slow"), params=params)).text
+
+    search = deadline_tool(Search(), read_only=True, hedge=Hedge(after=0.1), cap=3.0)
+
+    message = await search.ainvoke(_call())
+
+    assert message.status == "success" and '"delay": 0.02' in message.text
+    assert slow_server.wait_disconnected(1.0)
+    first, _ = slow_server.requests
+    assert first.disconnected is not None and first.answered is None
+    [record] = _tool_records(steps)
+    assert (record.hedges, record.winner) == (1, 1)
 
 
 # -- what is refused ---------------------------------------------------------------------------
