@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from typing import Any
+from contextlib import contextmanager
 
 import pytest
 
 from langgraph_deadline import StepRecord
-from langgraph_deadline.instrument import StepEvent, get_observers, set_observers
+from langgraph_deadline.instrument import RunEvent, StepEvent, get_observers, set_observers
 from langgraph_deadline.testing import FakeOpenAIServer, SlowServer
 from tests.postgres import postgres  # noqa: F401  (the shared fixture)
 
@@ -49,21 +49,43 @@ def server() -> Iterator[FakeOpenAIServer]:
         yield s
 
 
+class Collect:
+    """An observer that keeps what it is told: step events, their records, run events."""
+
+    def __init__(self) -> None:
+        self.events: list[StepEvent] = []
+        self.records: list[StepRecord] = []
+        self.runs: list[RunEvent] = []
+
+    def on_step(self, event: StepEvent) -> None:
+        self.events.append(event)
+        self.records.append(event.record)
+
+    def on_run(self, event: RunEvent) -> None:
+        self.runs.append(event)
+
+
+@contextmanager
+def collecting() -> Iterator[Collect]:
+    """The block's only observer is a `Collect` (the saved observers come back after it)."""
+    collect = Collect()
+    saved = get_observers()
+    set_observers([collect])
+    try:
+        yield collect
+    finally:
+        set_observers(saved)
+
+
 @pytest.fixture
 def steps() -> Iterator[list[StepRecord]]:
     """Every step record emitted during the test (the ones that never reach state included)."""
-    seen: list[StepRecord] = []
+    with collecting() as collect:
+        yield collect.records
 
-    class Collect:
-        def on_step(self, event: StepEvent) -> None:
-            seen.append(event.record)
 
-        def on_run(self, event: Any) -> None:
-            pass
-
-    saved = get_observers()
-    set_observers([Collect()])
-    try:
-        yield seen
-    finally:
-        set_observers(saved)
+@pytest.fixture
+def runs() -> Iterator[list[RunEvent]]:
+    """Every run event told during the test."""
+    with collecting() as collect:
+        yield collect.runs

@@ -6,7 +6,6 @@ the local streaming server, a checkpointer where a user would have one."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,33 +15,13 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_deadline import Terminal, with_deadlines
 from langgraph_deadline.agents import DeadlineMiddleware
-from langgraph_deadline.instrument import RunEvent, StepEvent, get_observers, set_observers
+from langgraph_deadline.instrument import RunEvent, get_observers, set_observers
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from langgraph_deadline.types import StepStatus
 from tests.agents.support import SLOW, ask, orders
 from tests.chat_models import openai_chat as chat
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def runs() -> Iterator[list[RunEvent]]:
-    """Every run event told during the test."""
-    seen: list[RunEvent] = []
-
-    class Collect:
-        def on_step(self, event: StepEvent) -> None:
-            pass
-
-        def on_run(self, event: RunEvent) -> None:
-            seen.append(event)
-
-    saved = get_observers()
-    set_observers([Collect()])
-    try:
-        yield seen
-    finally:
-        set_observers(saved)
 
 
 def _thread(name: str) -> dict[str, Any]:

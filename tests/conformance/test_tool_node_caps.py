@@ -26,12 +26,13 @@ from langgraph_deadline import (
     deadline_tool,
     with_deadlines,
 )
-from langgraph_deadline.instrument import StepEvent, get_observers, set_observers
+from langgraph_deadline.instrument import StepEvent
 from langgraph_deadline.learn import LatencyBook, learned
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall, SlowServer
 from langgraph_deadline.types import StepStatus
 from tests.agents.support import ask, assert_valid_history, orders
 from tests.chat_models import openai_chat as chat
+from tests.conftest import collecting
 
 MARGIN = 1.0  # a loaded 2-core machine
 CAP = 0.5
@@ -45,21 +46,8 @@ class Chat(MessagesState, DeadlineState):
 @pytest.fixture
 def events() -> Iterator[list[StepEvent]]:
     """Every step event the observers see during the test."""
-    seen: list[StepEvent] = []
-
-    class Collect:
-        def on_step(self, event: StepEvent) -> None:
-            seen.append(event)
-
-        def on_run(self, event: Any) -> None:
-            pass
-
-    saved = get_observers()
-    set_observers([Collect()])
-    try:
-        yield seen
-    finally:
-        set_observers(saved)
+    with collecting() as collect:
+        yield collect.events
 
 
 def _stock_tool(slow_server: SlowServer) -> Any:
