@@ -73,10 +73,10 @@ def run_started(
     at: float | None, reserve: float, **notes: bool
 ) -> dict[str, float | bool | str | None]:
     """The private record of a run that starts now with deadline `at` (epoch seconds) and the
-    middleware's `reserve`: its id,
-    and `told` when this middleware tells its end: not when `with_deadlines` runs the agent
-    (it tells every run's end) nor inside a parent graph or a turn in progress (`nested`,
-    `joined`: the parent's run is the one that ends)."""
+    middleware's `reserve`: its id, the framework's names for it, and `told` when this
+    middleware tells its end: not when `with_deadlines` runs the agent (it tells every run's
+    end) nor inside a parent graph or a turn in progress (`nested`, `joined`: the parent's run
+    is the one that ends)."""
     try:
         config = get_config()
     except RuntimeError:  # not inside a LangGraph run
