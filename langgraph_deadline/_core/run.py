@@ -27,6 +27,7 @@ from .workers import Job
 from .workers import submit as _submit
 
 __all__ = [
+    "Amend",
     "StepResult",
     "StepRun",
     "run_async",
@@ -51,6 +52,10 @@ class StepResult(NamedTuple, Generic[T]):
         return self.record.status
 
 
+Amend = Callable[[StepResult[Any]], StepResult[Any]]
+"""What a step that records its own result adds to its record (`run_async(amend=)`)."""
+
+
 async def run_async(
     plan: Plan,
     body: Callable[[], Awaitable[T]],
@@ -58,6 +63,7 @@ async def run_async(
     run: RunTracker | None = None,
     commit: bool = True,
     passthrough: tuple[type[BaseException], ...],
+    amend: Amend | None = None,
 ) -> StepResult[T]:
     """Run an async step under its budget; a cut step is cancelled (its I/O closes).
 
@@ -65,9 +71,12 @@ async def run_async(
     executor): cutting it stops the waiting, not the thread, so it is recorded as `abandoned`.
     Caller cancellation is recorded as `cancelled` and re-raised; the step's own errors are
     returned, never rewritten. `commit=False` leaves recording the result to the caller
-    (`record_child`), for steps that decide their final status afterwards (a stale answer).
+    (`record_child`), for steps that decide their final status afterwards (a stale answer);
+    such a caller gives `amend`, what it adds to its record (attempts, copies): a cancellation
+    goes up through it, and never returns the result, so the record is made here with `amend`
+    applied. Without `amend`, `commit=False` steps are recorded by someone else.
     """
-    with StepRun(plan, run, commit=commit, passthrough=passthrough) as step:
+    with StepRun(plan, run, commit=commit, passthrough=passthrough, amend=amend) as step:
         step.value = await body()
     return step.result
 
@@ -77,7 +86,7 @@ class StepRun(StepGuard):
     guard, and on leaving it the step's result (`result`), recorded. Set `value` to what the
     body returned; an exception that ends the step is kept in `result`, any other goes on."""
 
-    __slots__ = ("_commit", "_key", "_passthrough", "_plan", "_result", "value")
+    __slots__ = ("_amend", "_commit", "_key", "_passthrough", "_plan", "_result", "value")
 
     def __init__(
         self,
@@ -86,6 +95,7 @@ class StepRun(StepGuard):
         *,
         commit: bool = True,
         passthrough: tuple[type[BaseException], ...],
+        amend: Amend | None = None,
     ) -> None:
         signal = run.signal if run is not None else current_signal()
         watch = watch_of(plan)
@@ -93,6 +103,7 @@ class StepRun(StepGuard):
         self._plan = plan
         self._commit = commit
         self._passthrough = passthrough
+        self._amend = amend
         self._key = id(plan)
         self._result: StepResult[Any] | None = None
         self.value: Any = None
@@ -130,7 +141,14 @@ class StepRun(StepGuard):
         plan, run, key = self._plan, self._run, self._key
         gap = None if self._watch is None else self._watch.close(cut=True)
         self._result = settle(
-            exc, plan, run, commit=self._commit, passthrough=self._passthrough, key=key, gap=gap
+            exc,
+            plan,
+            run,
+            commit=self._commit,
+            passthrough=self._passthrough,
+            key=key,
+            gap=gap,
+            amend=self._amend,
         )
         return self._result is not None
 
@@ -165,6 +183,7 @@ def settle(
     commit: bool = True,
     key: int | None = None,
     gap: float | None = None,
+    amend: Amend | None = None,
 ) -> StepResult[Any] | None:
     """How a step that raised `exc` ended, recorded. None: `exc` goes on up (the framework's
     control flow, a cancellation, a `BaseException`), recorded when it ends the step. A
@@ -209,9 +228,14 @@ def settle(
             rec = plan.record(status, cancel_source=source)
         else:
             rec = plan.record(StepStatus.CANCELLED, cancel_source="caller")
-        # Recorded here even for a caller that records its own result (`commit=False`): the
-        # cancellation goes on up through it, and it never gets the result to record.
-        _finish(run, key, True, StepResult(rec))
+        # A caller that records its own result (`commit=False` with its `amend`) never gets
+        # it: the cancellation goes on up through it. Recorded here, with what it would have
+        # added. (`commit=False` without `amend`: a step another records, as the agent
+        # middleware's wrapper of a `deadline_tool`, which records itself.)
+        ended = StepResult[Any](rec)
+        if not commit and amend is not None:
+            commit, ended = True, amend(ended)
+        _finish(run, key, commit, ended)
     return None
 
 

@@ -205,12 +205,18 @@ class DeadlineTool(BaseTool):
                 return await self.inner.ainvoke(input, call_cfg, **kwargs)
             return await self._race(copy, copies)
 
-        result = self._account(
+        def account(result: StepResult[Any]) -> StepResult[Any]:
+            return self._account(result, tries, copies)
+
+        result = account(
             await run_async(
-                plan, self._retrying(once), run=run, commit=False, passthrough=PASSTHROUGH
-            ),
-            tries,
-            copies,
+                plan,
+                self._retrying(once),
+                run=run,
+                commit=False,
+                passthrough=PASSTHROUGH,
+                amend=account,  # its node's cut, reaching it first, records it with these too
+            )
         )
         if result.status is StepStatus.COMPLETED:
             record_child(result.record, run)

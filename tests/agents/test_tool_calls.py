@@ -14,6 +14,7 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 
 from langgraph_deadline import (
+    StepRecord,
     Terminal,
     client_timeout,
     deadline_tool,
@@ -100,6 +101,32 @@ async def test_a_deadline_tool_keeps_its_own_budget_and_message(server: FakeOpen
     assert [(r.name, r.status, r.requested_ms) for r in tool_records] == [
         ("stock", StepStatus.TIMED_OUT, 300.0)  # its own record, once
     ]
+
+
+@pytest.mark.anyio
+async def test_a_deadline_tool_cut_mid_close_in_an_agent_is_recorded_once(
+    server: FakeOpenAIServer, steps: list[StepRecord]
+) -> None:
+    """In an agent under `DeadlineMiddleware`, a `deadline_tool` whose close outlasts its cut
+    (the run's deadline then reaches it mid-close) keeps its record, once: the middleware
+    never records a `deadline_tool`'s call itself."""
+    import anyio
+
+    @deadline_tool(cap=3.0)
+    async def stock(sku: str) -> str:
+        """Stock level."""
+        try:
+            await anyio.sleep(3600)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.05)  # longer than the hand-off between the two cuts
+        return "never"
+
+    server.enqueue(ChatReply.tool_call("stock", {"sku": "A1"}), ChatReply.text("no stock info"))
+    agent = create_agent(chat(server), [stock], middleware=[DeadlineMiddleware(timeout=0.5)])
+    await agent.ainvoke(ask())
+    tool_records = [r for r in steps if r.kind == "tool"]
+    assert [(r.name, r.status) for r in tool_records] == [("stock", StepStatus.TIMED_OUT)]
 
 
 @pytest.mark.anyio

@@ -191,11 +191,9 @@ async def test_nothing_runs_past_the_deadline(
     assert slow_server.wait_disconnected(1.0, count=3)  # and every one closed at the server
     assert all(r.answered is None for r in slow_server.requests)
     [record] = _tool_records(steps)
-    assert (record.status, record.winner) == (StepStatus.TIMED_OUT, None)
-    # 2 hedges when the tool's own cut ended it; on a loaded machine the node's cut, 10 ms
-    # later, can reach it while its copies still close, and the record is the node cut's
-    # (the three requests above are the hedges' evidence then)
-    assert record.hedges in (0, 2)
+    # its own cut ends it, or, on a loaded machine, its node's cut (10 ms later) while its
+    # copies still close: the record says the same either way
+    assert (record.status, record.hedges, record.winner) == (StepStatus.TIMED_OUT, 2, None)
     assert record.clamped and record.allocated_ms is not None and record.allocated_ms <= 350
 
 

@@ -195,6 +195,45 @@ async def test_a_tool_whose_close_outlives_its_cut_still_leaves_its_record(
     assert node_record.status is StepStatus.TIMED_OUT
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["write", "hedged"])
+async def test_a_tool_cut_by_its_node_mid_close_keeps_what_its_record_says(
+    steps: list[Any], kind: str
+) -> None:
+    """The same race: the record the node's cut makes for the tool still says what the tool
+    would have added (a write that may have been sent; the copies a hedged read started)."""
+    import anyio
+
+    from langgraph_deadline import Hedge
+
+    async def search(query: str) -> str:
+        """Search."""
+        try:
+            await anyio.sleep(5)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.05)  # longer than the hand-off between the two cuts
+        return "never"
+
+    options: dict[str, Any] = (
+        {"side_effect": True}
+        if kind == "write"
+        else {"read_only": True, "hedge": Hedge(after=0.05)}
+    )
+    b = StateGraph(Msgs)
+    b.add_node("tools", ToolNode([deadline_tool(search, cap=3.0, **options)]))
+    b.add_edge(START, "tools")
+    graph = with_deadlines(b, timeout=0.4, reserve=0.05)
+    await graph.ainvoke({"messages": [tool_calls(("search", {"query": "q"}))]})
+
+    [record] = [r for r in steps if r.kind == "tool"]
+    assert record.status is StepStatus.TIMED_OUT
+    if kind == "write":
+        assert record.side_effect_started
+    else:
+        assert (record.hedges, record.winner) == (1, None)
+
+
 def test_a_sync_tool_past_its_budget_is_abandoned_and_says_so() -> None:
     import threading
 
