@@ -10,6 +10,7 @@ from typing import Any, Final, Literal
 
 __all__ = [
     "STALLED",
+    "CutShort",
     "Outcome",
     "StepKind",
     "StepRecord",
@@ -93,6 +94,29 @@ def ended_short(status: StepStatus) -> bool:
     after a cut): its time, and the time of a step it ran inside, is a bound below what it
     takes, not a sample of it."""
     return status in _SHORT
+
+
+class CutShort:
+    """Tells, record by record as steps end (the steps inside a step before it), whether each
+    step was cut short: itself (`ended_short`) or in a step it ran (its `parent`: a tool call
+    cut inside its `tools` node). `keep`: how many steps with a step cut short inside them are
+    remembered until their own record (None: all; a step nothing bounded sends none)."""
+
+    __slots__ = ("_inside", "_keep")
+
+    def __init__(self, keep: int | None = None) -> None:
+        self._inside: dict[str, None] = {}  # the links of the steps a step cut short ran inside
+        self._keep = keep
+
+    def short(self, record: StepRecord) -> bool:
+        short = ended_short(record.status)
+        if not short and self._inside and (link := record.link) is not None:
+            short = self._inside.pop(link, False) is None
+        if short and record.parent is not None:
+            self._inside[record.parent] = None
+            if self._keep is not None and len(self._inside) > self._keep:
+                del self._inside[next(iter(self._inside))]
+        return short
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from .._core.observe import RunEvent, StepEvent, unlisten
 from .._core.observe import listen as _listen
-from .._core.records import StepKind, StepRecord, StepStatus, ended_short
+from .._core.records import CutShort, StepKind, StepRecord, StepStatus
 from .._core.validate import check_seconds
 from .sketch import BUCKETS, LatencySketch, bucket_of, empty_counts
 
@@ -142,7 +142,7 @@ class LatencyBook:
             raise TypeError(f"listen must be True or False, got {listen!r}")
         self._lock = threading.Lock()
         self._tallies: dict[Key, Tally] = {}
-        self._cut_inside: dict[str, None] = {}  # links of steps a step cut short ran inside
+        self._cut = CutShort(keep=_CUT_KEPT)  # which steps were cut short, inside them too
         self._max_keys = max_keys
         self._shared: Shared | None = None
         if store is not None:
@@ -171,12 +171,8 @@ class LatencyBook:
         after a step inside it was cut short (a `tools` node whose tool call timed out) is
         censored too: its time is a bound below what it takes. Records come as steps end, the
         steps inside a step before it (their `parent` is its `link`)."""
-        short = ended_short(record.status)
-        if not short and self._cut_inside and (link := record.link) is not None:
-            with self._lock:
-                short = self._cut_inside.pop(link, False) is None
-        if short and record.parent is not None:
-            self._cut_inside_of(record.parent)
+        with self._lock:
+            short = self._cut.short(record)
         sample = sample_of(record)
         if sample is None:
             return
@@ -184,14 +180,6 @@ class LatencyBook:
         self.record(record.kind, record.name, seconds, censored=censored or short)
         if record.gap_ms is not None:
             self.record(GAP, record.name, record.gap_ms / 1000.0, censored=censored)
-
-    def _cut_inside_of(self, parent: str) -> None:
-        """`parent` (a step's link) had a step cut short inside it: kept until its own record
-        comes (a step nothing bounded sends none: the oldest are let go past `_CUT_KEPT`)."""
-        with self._lock:
-            self._cut_inside[parent] = None
-            if len(self._cut_inside) > _CUT_KEPT:
-                del self._cut_inside[next(iter(self._cut_inside))]
 
     def record(self, kind: str, name: str, seconds: float, *, censored: bool = False) -> None:
         """Record one duration of the step `(kind, name)`: it finished in `seconds`, or

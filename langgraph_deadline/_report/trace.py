@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._core.records import StepRecord, Terminal, ended_short
+from .._core.records import CutShort, StepRecord, Terminal
 
 __all__ = ["Trace", "TraceRun", "cut_short", "read_trace"]
 
@@ -78,19 +78,10 @@ class Trace:
 
 def cut_short(steps: Sequence[StepRecord]) -> list[bool]:
     """For each of a run's records, in order: whether the step was cut short, itself (skipped,
-    timed out, abandoned, answered stale after a cut) or in a step it ran (its `parent`: a
-    tool call cut inside its `tools` node). Its time is then no sample of how long it takes:
-    at most a bound below it. A step's record comes after those of the steps inside it."""
-    inside: set[str] = set()  # the links of the steps a step cut short ran inside
-    out: list[bool] = []
-    for rec in steps:
-        short = ended_short(rec.status)
-        if not short and inside and (link := rec.link) is not None:
-            short = link in inside
-        if short and rec.parent is not None:
-            inside.add(rec.parent)
-        out.append(short)
-    return out
+    timed out, abandoned, answered stale after a cut) or in a step it ran (`CutShort`). Its
+    time is then no sample of how long it takes: at most a bound below it."""
+    told = CutShort()
+    return [told.short(rec) for rec in steps]
 
 
 def _slowness(run: TraceRun) -> tuple[float, float]:
