@@ -192,6 +192,10 @@ class RunTracker:
     # The framework's names for this run (LangGraph's `run_id`, the `thread_id`), for the log.
     origin: tuple[tuple[str, str], ...] = ()
     book: Timings | None = None  # the latency book attached to the run (`with_deadlines(book=)`)
+    # The run's entry (`with_deadlines`) writes its records to the state once, at its end:
+    # its nodes leave them out of their updates (a checkpoint per step stays the size of the
+    # run's own data, not of its trace).
+    trace_at_end: bool = False
 
     def close_alarm(self) -> None:
         """The run is over: its nodes' shared timer goes."""

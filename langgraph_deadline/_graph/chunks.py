@@ -11,7 +11,7 @@ from langgraph.types import Command, Overwrite
 from .._core.deadline import Deadline
 from .._core.plan import RunTracker
 from .._core.records import Outcome
-from .state import deadline_from_state
+from .state import deadline_from_state, traced
 
 __all__ = [
     "NotedStream",
@@ -138,15 +138,15 @@ def completed_chunks(
     kwargs: Mapping[str, Any],
 ) -> list[Any]:
     """The chunks that tell a stream's consumer its run completed (a state `has_fields`): the
-    outcome's update, and the last values with it, as the thread holds them."""
+    outcome's update with the run's trace (with the records its nodes left out of their
+    updates), and the last values with them, as the thread holds them."""
     if not (has_fields and outcome is not None and outcome.ok):
         return []
     latest = run.latest if isinstance(run.latest, Mapping) else {}
     return closing_chunks(
-        {**latest, "deadline_outcome": outcome},
+        {**latest, "deadline_outcome": outcome, "deadline_trace": traced(latest, run.records)},
         None,
         mode,
         subgraphs=bool(kwargs.get("subgraphs", False)),
         version=str(kwargs.get("version", "v1")),
-        fields=("deadline_outcome",),
     )

@@ -42,6 +42,12 @@ def has_fields(state: Any) -> bool:
     return fields is not None and "deadline_trace" in fields
 
 
+def _traced(state: Any, run: RunTracker | None) -> bool:
+    """True when a node's update carries its records: a state with the deadline fields, in a
+    run whose entry does not write them all at its end (a hand-built graph)."""
+    return (run is None or not run.trace_at_end) and has_fields(state)
+
+
 def ended(
     state: Any,
     result: StepResult[Any],
@@ -139,10 +145,10 @@ def finish(
         if any(not _real(r.status) for r in children):
             uncached()  # an answer made of a cut or stale step is no result to replay
         value = plain_input(result.value)  # a node may bring the deadline forward, as plain data
-        return with_trace(value, [*children, result.record]) if has_fields(state) else value
+        return with_trace(value, [*children, result.record]) if _traced(state, run) else value
     if status.cut:
         if settings.optional and result.record.cancel_source == "step_cap":
-            return dropped(state, result.record, children, finished)
+            return dropped(state, result.record, children, finished, run)
         return ended(state, result, run, children, finished=finished)
     err = result.error
     assert err is not None
@@ -163,6 +169,7 @@ def dropped(
     record: StepRecord,
     children: Sequence[StepRecord],
     finished: Mapping[str, ToolMessage] | None,
+    run: RunTracker | None = None,
 ) -> Any:
     """An optional node cut at its own budget: no update of its own (the open tool calls it was
     answering get their answers), its record in the trace, and the run goes on. A `@task`
@@ -175,18 +182,20 @@ def dropped(
     update: dict[str, Any] = {}
     if calls := open_tool_calls(state):
         update["messages"] = close_pending(calls, record, finished)
-    if has_fields(state):
+    if _traced(state, run):
         update["deadline_trace"] = [*children, record]
     return update or None
 
 
-def finish_unbounded(state: Any, value: Any, children: list[StepRecord]) -> Any:
+def finish_unbounded(
+    state: Any, value: Any, children: list[StepRecord], run: RunTracker | None = None
+) -> Any:
     """The update of a node that nothing bounded and that completed: the records of the steps
     inside it, and none of its own (see `NodeStep`)."""
     if any(not _real(r.status) for r in children):
         uncached()
     value = plain_input(value)
-    return with_trace(value, children) if children and has_fields(state) else value
+    return with_trace(value, children) if children and _traced(state, run) else value
 
 
 def _retry_would_not_fit(

@@ -51,7 +51,7 @@ from .._core.cut import Cut
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.plan import RUN_KEY, RunAlarm, RunTracker, run_step_end
-from .._core.records import Outcome, StepRecord, Terminal
+from .._core.records import Outcome, Terminal
 from .._core.validate import check_timestamp
 from .answers import answer_open_calls
 from .chunks import (
@@ -70,7 +70,14 @@ from .retries import ain_run, enter_run, in_run, leave_run
 from .seams import DRAIN_REASON, check_thread
 from .served import request_limit
 from .settings import GraphSettings
-from .state import RUN_OVER, TRACE_WINDOW, deadline_from_state, fresh_run_update, merge_trace
+from .state import (
+    RUN_OVER,
+    TRACE_WINDOW,
+    deadline_from_state,
+    fresh_run_update,
+    missing_records,
+    traced,
+)
 from .terminal import (
     emit_run_outcome,
     exceeded,
@@ -97,13 +104,13 @@ __all__ = [
     "afinal_state",
     "agranted",
     "aresumed",
-    "akeep_completed",
+    "akeep_end",
     "akeep_left",
     "akeep_records",
     "assemble",
     "final_state",
     "granted",
-    "keep_completed",
+    "keep_end",
     "keep_left",
     "keep_records",
     "ran_out_at_the_end",
@@ -395,30 +402,32 @@ async def akeep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfi
         await _awrite(graph, cfg, _records_update(run, await _aread(graph, run, cfg)))
 
 
-def _completes(graph: DeadlineRuns, cfg: RunnableConfig, outcome: Outcome | None) -> bool:
-    return (
-        outcome is not None
-        and outcome.ok
-        and graph.deadline_settings.has_fields
-        and saved(graph, cfg)
-    )
-
-
-def keep_completed(graph: DeadlineRuns, cfg: RunnableConfig, outcome: Outcome | None) -> None:
-    """A run that finished (`outcome` completed): with the deadline fields, the outcome is
-    written to its checkpoint, which LangGraph's own end leaves without one, so that a thread
-    read later tells it from a run cancelled or out of time. (Not from the state's channel:
-    LangGraph tells channels a run ends also when `Send` tasks are still to come.)"""
-    if outcome is not None and _completes(graph, cfg, outcome):
-        _write(graph, cfg, {"deadline_outcome": outcome.to_dict()})
-
-
-async def akeep_completed(
-    graph: DeadlineRuns, cfg: RunnableConfig, outcome: Outcome | None
+def keep_end(
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome | None, values: Any
 ) -> None:
-    """`keep_completed`, asynchronously."""
-    if outcome is not None and _completes(graph, cfg, outcome):
-        await _awrite(graph, cfg, {"deadline_outcome": outcome.to_dict()})
+    """A run that finished (`outcome` completed) or paused on an interrupt (None): with the
+    deadline fields, its checkpoint gets the records its nodes left out of their updates (see
+    `RunTracker.trace_at_end`) and a completed run its outcome, which LangGraph's own end
+    leaves without one, so that a thread read later tells it from a run cancelled or out of
+    time. (Not from the state's channel: LangGraph tells channels a run ends also when `Send`
+    tasks are still to come.) `values`: the run's last state, as LangGraph gave it."""
+    if run.final is None and graph.deadline_settings.has_fields and saved(graph, cfg):
+        _write(graph, cfg, _end_update(run, outcome, values))
+
+
+async def akeep_end(
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome | None, values: Any
+) -> None:
+    """`keep_end`, asynchronously."""
+    if run.final is None and graph.deadline_settings.has_fields and saved(graph, cfg):
+        await _awrite(graph, cfg, _end_update(run, outcome, values))
+
+
+def _end_update(run: RunTracker, outcome: Outcome | None, values: Any) -> dict[str, Any]:
+    update = _records_update(run, values)
+    if outcome is not None and outcome.ok:
+        update["deadline_outcome"] = outcome.to_dict()
+    return update
 
 
 def _left(run: RunTracker, snapshot: Any, outcome: Outcome) -> tuple[Outcome, dict[str, Any]]:
@@ -475,23 +484,12 @@ async def akeep_left(
     return outcome
 
 
-def _missing(run: RunTracker, values: Mapping[str, Any]) -> list[StepRecord]:
-    """The run's records its state does not show. A trace that holds its whole window
-    (`TRACE_WINDOW`) left out the records before its first: only those after it count."""
-    known = list(values.get("deadline_trace") or [])
-    records = run.records
-    if len(known) >= TRACE_WINDOW:
-        first = known[0]
-        at = next((i for i in range(len(records) - 1, -1, -1) if records[i] == first), 0)
-        records = records[at:]
-    return [r for r in records if r not in known]
-
-
 def _records_update(run: RunTracker, latest: Any) -> dict[str, Any]:
     values: Mapping[str, Any] = latest if isinstance(latest, Mapping) else {}
-    missing = _missing(run, values)
+    missing = missing_records(values, run.records)
     # Plain data, as the fields' channels checkpoint it (LangGraph stores these writes as
     # they are, and a strict msgpack loader refuses our classes).
+    missing = missing[-TRACE_WINDOW:]  # the field keeps no more (`merge_trace`)
     return {"deadline_trace": [r.to_dict() for r in missing]} if missing else {}
 
 
@@ -541,9 +539,7 @@ def assemble(
             update["messages"] = stored
     if settings.has_fields:
         state["deadline_outcome"] = outcome
-        state["deadline_trace"] = merge_trace(
-            list(values.get("deadline_trace") or []), _missing(run, values)
-        )
+        state["deadline_trace"] = traced(values, run.records)
         if written is None or written.ok:  # a `completed` a subgraph gave is replaced
             update["deadline_outcome"] = outcome.to_dict()
             update["deadline"] = RUN_OVER  # the next run's deadline replaces this one
@@ -867,6 +863,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             deadline=d, reserve=settings.reserve, resumable=saved(self, cfg), origin=origin_of(cfg)
         )
         run.book = settings.book
+        run.trace_at_end = settings.has_fields
         run.keep_partial = (
             settings.partial_answer and settings.closing_message and settings.reserve > 0
         )
@@ -956,7 +953,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         keep_deadline(self, run, cfg)
         if not prepared:
             emit_run_outcome(run, done := final_outcome(run, run.latest))
-            keep_completed(self, cfg, done)
+            keep_end(self, run, cfg, done, run.latest)
             yield from completed_chunks(self._lgd_settings.has_fields, done, run, mode, kwargs)
 
     def astream(
@@ -1006,7 +1003,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             else:
                 await akeep_deadline(self, run, cfg)
                 emit_run_outcome(run, done := final_outcome(run, run.latest))
-                await akeep_completed(self, cfg, done)
+                await akeep_end(self, run, cfg, done, run.latest)
                 for chunk in completed_chunks(
                     self._lgd_settings.has_fields, done, run, mode, kwargs
                 ):
@@ -1052,8 +1049,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             return late_result(self, run, refused, input, cfg)
         input = granted(self, cfg, input)
         run.entry = self
-        result, done = self._completed(super().invoke(input, cfg, **kwargs), run)
-        keep_completed(self, cfg, done)
+        values = super().invoke(input, cfg, **kwargs)
+        result, done = self._completed(values, run)
+        keep_end(self, run, cfg, done, values)
         return result
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -1092,8 +1090,8 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if ran_out_at_the_end(run):
             return await afinal_state(self, run, cfg, None)
         await akeep_deadline(self, run, cfg)
-        result, done = self._completed(result, run)
-        await akeep_completed(self, cfg, done)
+        values, (result, done) = result, self._completed(result, run)
+        await akeep_end(self, run, cfg, done, values)
         return result
 
     def _completed(self, result: Any, run: RunTracker) -> tuple[Any, Outcome | None]:
@@ -1105,13 +1103,10 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             run.interrupted = True
         outcome = final_outcome(run, result)
         emit_run_outcome(run, outcome)
-        if (
-            outcome is not None
-            and self._lgd_settings.has_fields
-            and isinstance(result, dict)
-            and _completed_or_none(result.get("deadline_outcome"))
-        ):
-            result = {**result, "deadline_outcome": outcome}
+        if self._lgd_settings.has_fields and isinstance(result, dict):
+            result = {**result, "deadline_trace": traced(result, run.records)}
+            if outcome is not None and _completed_or_none(result.get("deadline_outcome")):
+                result["deadline_outcome"] = outcome
         return result, outcome
 
 

@@ -37,6 +37,8 @@ __all__ = [
     "merge_deadline",
     "merge_outcome",
     "merge_trace",
+    "missing_records",
+    "traced",
 ]
 
 T = TypeVar("T")
@@ -94,6 +96,27 @@ def merge_trace(
             break
     merged = [*current, *new]
     return merged if len(merged) <= TRACE_WINDOW else merged[-TRACE_WINDOW:]
+
+
+def missing_records(values: Mapping[str, Any], records: Sequence[StepRecord]) -> list[StepRecord]:
+    """The `records` (a run's, in order) that a state's trace (`values`) does not show. A trace
+    that holds its whole window left out the records before its first: only those after it
+    count."""
+    known = list(values.get("deadline_trace") or [])
+    if len(known) >= TRACE_WINDOW:
+        first = known[0]
+        at = next((i for i in range(len(records) - 1, -1, -1) if records[i] == first), 0)
+        records = records[at:]
+    return [r for r in records if r not in known]
+
+
+def traced(values: Mapping[str, Any], records: Sequence[StepRecord]) -> list[StepRecord]:
+    """The trace a run's last state shows: the run's `records` in their order (the nodes leave
+    them out of their updates under `with_deadlines`: `RunTracker.trace_at_end`), after those
+    of the state's trace that are not the run's (an earlier part of it, before an interrupt)."""
+    own = records[-TRACE_WINDOW:]
+    known = values.get("deadline_trace") or ()
+    return _window([*(r for r in known if r not in own), *own])
 
 
 def _window(records: list[StepRecord]) -> list[StepRecord]:

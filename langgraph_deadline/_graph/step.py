@@ -167,7 +167,7 @@ class NodeStep:
                 if (ended := self._settle_late(exc, config, run, started, on_thread)) is None:
                     raise
                 return finish(state, ended[1], children, ended[0], self.settings, run, finished)
-        return finish_unbounded(state, value, children)
+        return finish_unbounded(state, value, children, run)
 
     def _call_unbounded(
         self,
@@ -185,7 +185,7 @@ class NodeStep:
                 if (ended := self._settle_late(exc, config, run, started, True)) is None:
                     raise
                 return finish(state, ended[1], children, ended[0], self.settings, run, finished)
-        return finish_unbounded(state, value, children)
+        return finish_unbounded(state, value, children, run)
 
     def _settle_late(
         self,

@@ -1,7 +1,9 @@
 """A long run on one thread: what a checkpoint stores for the deadline stays bounded (the trace
-keeps its most recent `TRACE_WINDOW` records, not one more per step), on a real `StateGraph` loop
-with `InMemorySaver` and SQLite; and the thread still works: an interrupt resumes, a cut run is
-granted more time and finishes, and every record still reaches the observers and the report."""
+keeps its most recent `TRACE_WINDOW` records, not one more per step, and under `with_deadlines`
+it is written once, at the run's end: a checkpoint taken mid-run holds none), on a real
+`StateGraph` loop with `InMemorySaver` and SQLite; and the thread still works: an interrupt
+resumes, a cut run is granted more time and finishes, and every record still reaches the
+observers and the report."""
 
 from __future__ import annotations
 
@@ -103,6 +105,40 @@ async def test_a_checkpoint_stores_a_bounded_trace_however_long_the_run(saver: A
 
 
 @pytest.mark.anyio
+async def test_the_run_writes_its_records_once_at_its_end_not_at_every_step(saver: Any) -> None:
+    graph = with_deadlines(_loop(STEPS), timeout=60.0, checkpointer=saver)
+    out = await graph.ainvoke({"n": 0}, _cfg("once"))
+    history = [s async for s in graph.aget_state_history(_cfg("once"))]
+    assert len(history) > STEPS  # one checkpoint per step
+    latest, *earlier = history
+    # Old code: every checkpoint after the first steps held a window of records.
+    assert [s.values["n"] for s in earlier if s.values.get("deadline_trace")] == []
+    assert latest.values["deadline_trace"] == out["deadline_trace"]
+    assert len(out["deadline_trace"]) == TRACE_WINDOW
+    starts = [r.started_at for r in out["deadline_trace"]]
+    assert starts == sorted(starts) and len(set(starts)) == TRACE_WINDOW
+
+
+@pytest.mark.anyio
+async def test_a_streamed_run_tells_its_records_in_its_last_chunks(saver: Any) -> None:
+    graph = with_deadlines(_loop(STEPS), timeout=60.0, checkpointer=saver)
+    chunks = [
+        c
+        async for c in graph.astream({"n": 0}, _cfg("streamed"), stream_mode=["updates", "values"])
+    ]
+    updates = [c for mode, c in chunks if mode == "updates"]
+    *steps, last = updates
+    assert len(steps) == STEPS
+    # Old code: each node's update carried its record.
+    assert [u for u in steps if "deadline_trace" in u["step"]] == []
+    assert last["deadline"]["deadline_outcome"].terminal is Terminal.COMPLETED
+    trace = last["deadline"]["deadline_trace"]
+    assert len(trace) == TRACE_WINDOW and trace[-1].status is StepStatus.COMPLETED
+    assert chunks[-1] == ("values", {**chunks[-1][1], "deadline_trace": trace})
+    assert (await graph.aget_state(_cfg("streamed"))).values["deadline_trace"] == trace
+
+
+@pytest.mark.anyio
 async def test_every_record_of_a_long_run_reaches_the_observers_and_the_report(
     saver: Any, observed: Path
 ) -> None:
@@ -116,19 +152,30 @@ async def test_every_record_of_a_long_run_reaches_the_observers_and_the_report(
 
 @pytest.mark.anyio
 async def test_a_long_thread_resumes_after_an_interrupt(saver: Any) -> None:
+    pause = STEPS - 5
+
     async def ask(n: int) -> None:
-        if n == 2 * TRACE_WINDOW:
+        if n == pause:
             interrupt("go on?")
 
     graph = with_deadlines(_loop(STEPS, on_step=ask), timeout=60.0, checkpointer=saver)
     cfg = _cfg("paused")
     paused = await graph.ainvoke({"n": 0}, cfg)
-    assert paused["n"] == 2 * TRACE_WINDOW - 1
+    assert paused["n"] == pause - 1
     assert "__interrupt__" in paused
+    # The pause is a run's end: its records are written to the thread.
+    before = (await graph.aget_state(cfg)).values["deadline_trace"]
+    assert before == paused["deadline_trace"] and len(before) == TRACE_WINDOW
     out = await graph.ainvoke(Command(resume="yes"), cfg)
     assert out["n"] == STEPS
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED
-    assert len(out["deadline_trace"]) == TRACE_WINDOW
+    # The window: the paused run's last records, then the resumed run's, in order.
+    trace = out["deadline_trace"]
+    assert len(trace) == TRACE_WINDOW
+    assert trace[: TRACE_WINDOW - 6] == before[6:]
+    starts = [r.started_at for r in trace]
+    assert starts == sorted(starts) and len(set(starts)) == TRACE_WINDOW
+    assert (await graph.aget_state(cfg)).values["deadline_trace"] == trace
 
 
 @pytest.mark.anyio
