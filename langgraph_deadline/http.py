@@ -16,7 +16,7 @@ that ran out of that time answers 504 with a short JSON body; the hooks turn it 
 `docs/howto/across-services.md`.
 """
 
-from ._wire.format import WireFormat
+from ._core.headers import WireFormat
 from ._wire.hooks import deadline_hooks, from_headers, to_headers
 
 __all__ = ["WireFormat", "deadline_hooks", "from_headers", "to_headers"]

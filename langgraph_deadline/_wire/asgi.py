@@ -9,10 +9,10 @@ from typing import Any
 
 from .._core.clock import SYSTEM_CLOCK, Clock
 from .._core.deadline import Deadline
+from .._core.headers import WIRE, WireFormat, error_body, read
 from .._core.records import Terminal
 from .._core.validate import check_cap, check_fits, check_flag, check_seconds
 from .exchange import Exchange, Receive, Scope, Send, answer
-from .format import WIRE, WireFormat, error_body, read
 
 __all__ = ["DeadlineASGIMiddleware"]
 

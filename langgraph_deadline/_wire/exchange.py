@@ -33,7 +33,7 @@ from .._core.context import deadline_scope
 from .._core.cut import Cut
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
-from .format import error_body
+from .._core.headers import error_body
 from .young import Young, young_on
 
 __all__ = ["READ_AHEAD", "WATCH_AFTER", "Exchange", "answer"]

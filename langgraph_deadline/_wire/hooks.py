@@ -19,10 +19,19 @@ from .._core.clock import SYSTEM_CLOCK, Clock
 from .._core.context import current_deadline, current_scopes
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
+from .._core.headers import (
+    BODY_MAX,
+    WIRE,
+    HeaderError,
+    WireFormat,
+    clamp,
+    outgoing,
+    parse_error_body,
+    read,
+)
 from .._core.records import Terminal
 from .._core.stall import current_watch, idle, progress
 from .._core.validate import check_cap, check_flag, check_seconds, show
-from .format import BODY_MAX, WIRE, HeaderError, WireFormat, clamp, outgoing, parse_error_body, read
 
 __all__ = ["WireFormat", "deadline_hooks", "from_headers", "to_headers"]
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import langgraph_deadline.asgi
 import langgraph_deadline.http
 from langgraph_deadline import Deadline, DeadlineExceeded, deadline_scope
-from langgraph_deadline._wire.format import (
+from langgraph_deadline._core.headers import (
     HeaderError,
     error_body,
     grpc_seconds,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from langgraph_deadline._wire.format import read
+from langgraph_deadline._core.headers import read
 from langgraph_deadline.http import from_headers
 from langgraph_deadline.testing import ManualClock
 

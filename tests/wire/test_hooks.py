@@ -10,7 +10,7 @@ import httpx2
 import pytest
 
 from langgraph_deadline import Deadline, DeadlineExceeded, deadline_scope
-from langgraph_deadline._wire.format import error_body
+from langgraph_deadline._core.headers import error_body
 from langgraph_deadline.http import WireFormat, deadline_hooks
 from langgraph_deadline.testing import ManualClock
 
