@@ -25,7 +25,7 @@ from .closing import give_up
 from .model import MIN_SAMPLES
 from .note import budget_note, tool_times, with_note
 from .provider import Rate, budget_tokens, call_options, length_hint, settings_max_tokens
-from .run import tell_ended
+from .run import entry_keeps_trace, tell_ended
 from .settings import MiddlewareSettings
 from .timing import StreamTiming, book_rate, timing_for
 
@@ -136,10 +136,10 @@ def model_result(
     `partial` answer it had streamed); errors raise."""
     if result.status is StepStatus.COMPLETED:
         assert result.value is not None
-        return ExtendedModelResponse(
-            model_response=result.value,
-            command=Command(update={"deadline_trace": [result.record]}),
-        )
+        traced: Command[Any] | None = None
+        if not entry_keeps_trace():  # the middleware alone: no one else writes the record
+            traced = Command(update={"deadline_trace": [result.record]})
+        return ExtendedModelResponse(model_response=result.value, command=traced)
     if result.status.cut:
         return gave_up(state, result.record, partial=partial)
     assert result.error is not None
@@ -152,6 +152,8 @@ def gave_up(
     """The model's answer when its call could not fit: the agent's closing words, as a response
     (after what a cut call had already said, `partial`)."""
     update = give_up(state, record, partial=partial)
+    if entry_keeps_trace():
+        del update["deadline_trace"]
     tell_ended(state, update["deadline_outcome"])
     return ExtendedModelResponse(
         model_response=ModelResponse(result=update.pop("messages")),

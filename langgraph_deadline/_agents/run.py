@@ -23,6 +23,7 @@ __all__ = [
     "RUN",
     "DeadlineAgentState",
     "elapsed_ms",
+    "entry_keeps_trace",
     "fields",
     "run_started",
     "skipped",
@@ -127,3 +128,14 @@ def steps_of(state: Mapping[str, Any]) -> AbstractContextManager[None]:
         return nullcontext()
     at = run.get("at")
     return named_run(str(run.get("id")), at if isinstance(at, float) else None)
+
+
+def entry_keeps_trace() -> bool:
+    """True when `with_deadlines` runs the agent: its entry writes the run's records at the
+    run's end (`RunTracker.trace_at_end`), so the middleware's calls leave theirs out of their
+    updates, as its nodes do (they reach the run's records through the node they run in)."""
+    try:
+        run = run_from_config(get_config())
+    except RuntimeError:  # not inside a LangGraph run
+        return False
+    return run is not None and run.trace_at_end

@@ -18,6 +18,7 @@ from .._graph.answers import cut_answer
 from .._graph.seams import task_writer
 from .._graph.state import deadline_from_state, with_trace
 from .._tools.tool import DeadlineTool
+from .run import entry_keeps_trace
 from .settings import MiddlewareSettings
 
 __all__ = ["ToolResult", "ran_out", "tool_plan", "tool_result"]
@@ -79,7 +80,7 @@ def _with_records(
     one sees what it would see without it. Outside a LangGraph task (a `ToolNode` called
     directly), and in a handoff to the parent graph (which this agent's state does not reach),
     the records ride in the answer: a `Command` updating `deadline_trace` too."""
-    if not records:
+    if not records or entry_keeps_trace():
         return value
     handoff = isinstance(value, Command) and value.graph == Command.PARENT
     writer = task_writer(getattr(request.runtime, "config", None))

@@ -17,13 +17,16 @@ __all__ = ["child_records", "commit_record", "named_run", "record_child"]
 def commit_record(record: StepRecord, run: RunTracker | None, key: int | None = None) -> None:
     """The one place a step record is kept: the run's records, the enclosing node's children
     (for the trace in state), and the observers."""
+    sink = _CHILDREN.get() if record.kind != "node" else None
+    if run is None and sink is not None:
+        run = sink.run  # a call inside a node that did not name the run (a middleware's)
     if run is not None:
         if key is not None:
             if not run.close(key, record):
                 return
         else:
             run.records.append(record)
-    if record.kind != "node" and (sink := _CHILDREN.get()) is not None:
+    if sink is not None:
         sink.append(record)
     if run is not None:
         emit_step(record, run.run_id, run.deadline.timestamp if run.deadline else None)
@@ -48,23 +51,37 @@ def named_run(run_id: str, deadline_at: float | None) -> Iterator[None]:
         _NAMED.reset(token)
 
 
-_CHILDREN: Final[ContextVar[list[StepRecord] | None]] = ContextVar(
-    "langgraph_deadline.children", default=None
-)
+class _Sink(list[StepRecord]):
+    """The records of the steps inside a node, and the node's run (None outside one)."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: RunTracker | None) -> None:
+        super().__init__()
+        self.run = run
+
+
+_CHILDREN: Final[ContextVar[_Sink | None]] = ContextVar("langgraph_deadline.children", default=None)
 
 
 class child_records:
     """Collect the records of the steps (tools, model calls, HTTP) run inside a node, so the
     node can add them to the run's trace in state along with its own. Given the node's
-    `link` (`parent`), the steps planned inside name it as their `parent`."""
+    `link` (`parent`), the steps planned inside name it as their `parent`; given its `run`, a
+    step recorded inside without one (a middleware's model or tool call) joins that run's
+    records and events."""
 
-    __slots__ = ("_parent", "_parent_token", "_token", "sink")
+    __slots__ = ("_parent", "_parent_token", "_run", "_token", "sink")
 
-    def __init__(self, parent: str | None = None) -> None:
+    def __init__(self, parent: str | None = None, run: RunTracker | None = None) -> None:
         self._parent = parent
+        self._run = run
 
     def __enter__(self) -> list[StepRecord]:
-        self.sink: list[StepRecord] = []
+        run = self._run
+        if run is None and (outer := _CHILDREN.get()) is not None:
+            run = outer.run  # a block inside a node's (a middleware's tool call)
+        self.sink = _Sink(run)
         self._token = _CHILDREN.set(self.sink)
         self._parent_token = None if self._parent is None else PARENT.set(self._parent)
         return self.sink

@@ -22,10 +22,10 @@ from .._core.rules import StepRule, Timings
 from .._core.validate import check_caps_fit, check_fits, check_limit, check_viable, floor_of
 from .following import PastFollowers, past_followers
 from .graph import DeadlineRuns
+from .node import NodeStep
 from .seams import PREVIOUS, runs_on_a_thread, scheduling_with
 from .settings import GraphSettings, NodeSettings
 from .state import fresh_run_update
-from .step import NodeStep
 from .tasks import TaskBudgets, akept, kept
 
 __all__ = ["DeadlineEntrypoint", "is_entrypoint", "wrap_entrypoint"]

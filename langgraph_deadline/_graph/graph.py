@@ -62,13 +62,12 @@ from .chunks import (
     deadline_given,
     note_chunk,
 )
-from .inputs import a_result, ceiling, entry_input, plain_steps, sets_deadline
+from .inputs import a_result, ceiling, entry_input, plain_steps, request_limit, sets_deadline
 from .messages import ending_messages, is_ending, messages_of
 from .node import unwrapped
 from .node_cache import deadline_cache
 from .retries import ain_run, enter_run, in_run, leave_run
 from .seams import DRAIN_REASON, check_thread
-from .served import request_limit
 from .settings import GraphSettings
 from .state import (
     RUN_OVER,
@@ -485,11 +484,14 @@ async def akeep_left(
 
 
 def _records_update(run: RunTracker, latest: Any) -> dict[str, Any]:
+    """The write that gives a run's checkpoint the records its state lacks (under
+    `with_deadlines` its steps leave them out of their updates: `RunTracker.trace_at_end`),
+    appended in the order they ended; given no state (a stream that did not carry values),
+    the run's last records."""
     values: Mapping[str, Any] = latest if isinstance(latest, Mapping) else {}
-    missing = missing_records(values, run.records)
+    missing = missing_records(values, run.records)[-TRACE_WINDOW:]  # the field keeps no more
     # Plain data, as the fields' channels checkpoint it (LangGraph stores these writes as
     # they are, and a strict msgpack loader refuses our classes).
-    missing = missing[-TRACE_WINDOW:]  # the field keeps no more (`merge_trace`)
     return {"deadline_trace": [r.to_dict() for r in missing]} if missing else {}
 
 

@@ -1,9 +1,13 @@
-"""`budgeted`: give a LangGraph node only what is left of the run's deadline.
+"""A node's step: `budgeted` gives a LangGraph node only what is left of the run's deadline;
+`NodeStep` plans its budget, runs its body under it and ends it by one rule.
 
-A node function is wrapped as a function (LangGraph keeps injecting `config`, `runtime`, `store`,
-`writer`); a Runnable node (a compiled sub-graph, `ToolNode`, a node with both a sync and an
-async body) is wrapped as a Runnable that calls its `invoke` under `invoke` and its `ainvoke`
-under `ainvoke`, so each keeps the body LangGraph would have run.
+- The face. A node function is wrapped as a function (LangGraph keeps injecting `config`,
+  `runtime`, `store`, `writer`); a Runnable node (a compiled sub-graph, `ToolNode`, a node with
+  both a sync and an async body) is wrapped as a Runnable that calls its `invoke` under `invoke`
+  and its `ainvoke` under `ainvoke`, so each keeps the body LangGraph would have run.
+- The ending. Completed: its update (with its records, where the run's entry does not write
+  them at its end); ended early by the deadline: the outcome in state, or `DeadlineExceeded`
+  for state without deadline fields, and the run drains so no further node body runs.
 """
 
 from __future__ import annotations
@@ -11,18 +15,34 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import time
 import typing
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Final, TypeVar, cast, overload
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import merge_configs
+from langgraph.errors import GraphDrained
 from langgraph.prebuilt import ToolNode
 from langgraph.runtime import Runtime
 
-from .._core.plan import run_from_config
+from .._core.context import current_deadline
+from .._core.deadline import Deadline
+from .._core.errors import DeadlineExceeded
+from .._core.plan import Plan, RunTracker, plan_step, run_from_config
+from .._core.record import child_records, commit_record
+from .._core.records import Outcome, StepRecord, StepStatus, Terminal
 from .._core.rules import StepRule
+from .._core.run import StepResult, StepRun, run_sync, settle, unbounded_guard
 from .._core.validate import (
     ceiling_of,
     check_fits,
@@ -32,14 +52,405 @@ from .._core.validate import (
     check_viable,
     floor_of,
 )
-from .messages import ToolResults, open_tool_calls
-from .seams import runs_on_a_thread
+from .answers import close_pending
+from .inputs import plain_input
+from .messages import ToolResults, messages_of, open_tool_calls
+from .retries import policies, retries_on, would_not_fit
+from .seams import DRAIN_REASON, PASSTHROUGH, drain, node_attempt, runs_on_a_thread, uncached
 from .settings import NodeSettings
-from .step import NodeStep, listening
-from .streams import heartbeating
+from .state import RUN_OVER, deadline_from_state, state_fields, with_trace
+from .streams import (
+    PartialAnswer,
+    callbacks_in_context,
+    heartbeating,
+    streams_let_go,
+    streams_stopped,
+    watching_streams,
+)
 from .tool_node import capped_per_call, is_tool_node
 
-__all__ = ["budgeted", "is_budgeted", "unwrapped", "wrap_node"]
+__all__ = ["NodeStep", "budgeted", "is_budgeted", "unwrapped", "wrap_node"]
+
+
+def already_ended(state: Any) -> bool:
+    """True when the run has its terminal already: later node bodies do not run."""
+    fields = state_fields(state)
+    if fields is None:
+        return False
+    outcome = fields.get("deadline_outcome")
+    return isinstance(outcome, Outcome) and outcome.terminal is not Terminal.COMPLETED
+
+
+def has_fields(state: Any) -> bool:
+    """True when the state carries the deadline fields (`DeadlineState`)."""
+    fields = state_fields(state)
+    return fields is not None and "deadline_trace" in fields
+
+
+def _traced(state: Any, run: RunTracker | None) -> bool:
+    """True when a node's update carries its records: a state with the deadline fields, in a
+    run whose entry does not write them all at its end (a hand-built graph)."""
+    return (run is None or not run.trace_at_end) and has_fields(state)
+
+
+def ended(
+    state: Any,
+    result: StepResult[Any],
+    run: RunTracker | None,
+    children: Sequence[StepRecord] = (),
+    reason: str | None = None,
+    finished: Mapping[str, ToolMessage] | None = None,
+) -> Any:
+    """End the run at this node, which ran out of time. One rule for every kind of node:
+
+    - In a checkpointed run, the node is *not* done: it raises LangGraph's `GraphDrained`, so
+      its routers do not run on output it never wrote, siblings in the same superstep finish
+      and keep their results (in the checkpoint too), and a resume that grants time runs it
+      again. `with_deadlines` turns the drain into the outcome it returns. Open tool calls the
+      node was answering are owed an answer each (the results that finished, the model-readable
+      timeout for the rest): `with_deadlines` writes them with the outcome (`graph.assemble`),
+      marked so that a grant removes them before the node runs again.
+    - In a run with no checkpoint (nothing to resume) the node ends its superstep with the
+      outcome (and the answers to its open tool calls), so the siblings' results reach the
+      returned state; the run drains, and `with_deadlines` keeps the node's routers from
+      running (`routes.py`). That update is no result: it is kept out of LangGraph's node
+      cache, so the same input runs the node again.
+    - Outside `with_deadlines` (a hand-built graph) nothing above the node can turn a drain into
+      a return value: a state with the deadline fields gets the outcome written and the run
+      drains (LangGraph raises `GraphDrained` if more steps were scheduled); a state without
+      them raises `DeadlineExceeded` with the outcome and the state it was given.
+    """
+    rec = result.record
+    if reason is None:
+        reason = rec.ran_out_reason()
+    err = result.error
+    inner = err.step if isinstance(err, DeadlineExceeded) and not result.status.cut else None
+    elapsed = None if run is None else round((time.monotonic() - run.started) * 1000.0, 3)
+    # Where the time ran out: this node, or the step below it that said so (a downstream
+    # service's step, named in its 504; a retried call; a model call).
+    outcome = Outcome(
+        terminal=Terminal.DEADLINE_EXCEEDED,
+        step=inner or rec.name,
+        reason=reason,
+        elapsed_ms=elapsed,
+    )
+    if run is None and not has_fields(state):
+        # A hand-built graph (no with_deadlines above it) with no fields to carry the outcome.
+        known = err if isinstance(err, DeadlineExceeded) else None
+        raise DeadlineExceeded(
+            reason,
+            deadline=known.deadline if known else None,
+            step=outcome.step,
+            outcome=outcome,
+            scopes=known.scopes if known else (),
+            state=state,
+        ) from err
+    if run is not None and run.outcome is None:
+        run.outcome = outcome
+    calls = open_tool_calls(state)
+    if run is not None and run.resumable:
+        if calls:
+            run.owed = (*run.owed, *close_pending(calls, rec, finished))
+        raise GraphDrained(DRAIN_REASON) from err
+    drain()
+    uncached()
+    update: dict[str, Any] = {}
+    if calls:
+        update["messages"] = close_pending(calls, rec, finished)
+    if has_fields(state):
+        update["deadline_outcome"] = outcome
+        update["deadline_trace"] = [*children, rec]
+        update["deadline"] = RUN_OVER  # the next run's deadline replaces this one
+    return update or None
+
+
+def skipped(plan: Plan, state: Any, run: RunTracker | None) -> Any:
+    """A node not started for lack of budget: recorded `skipped`, and the run ends."""
+    record = plan.record(StepStatus.SKIPPED)
+    commit_record(record, run)
+    return ended(state, StepResult(record), run)
+
+
+def finish(
+    state: Any,
+    result: StepResult[Any],
+    children: list[StepRecord],
+    plan: Plan,
+    settings: NodeSettings,
+    run: RunTracker | None,
+    finished: Mapping[str, ToolMessage] | None = None,
+) -> Any:
+    """The node's return value: its update with its records, the early end, or its own error.
+
+    A `DeadlineExceeded` raised inside the node (a retry or a model call refusing to start, a
+    downstream service out of this run's time) ends the run like a cut: it is a deadline end.
+    """
+    status = result.status
+    if status is StepStatus.COMPLETED:
+        if any(not _real(r.status) for r in children):
+            uncached()  # an answer made of a cut or stale step is no result to replay
+        value = plain_input(result.value)  # a node may bring the deadline forward, as plain data
+        return with_trace(value, [*children, result.record]) if _traced(state, run) else value
+    if status.cut:
+        if settings.optional and result.record.cancel_source == "step_cap":
+            return dropped(state, result.record, children, finished, run)
+        return ended(state, result, run, children, finished=finished)
+    err = result.error
+    assert err is not None
+    if isinstance(err, DeadlineExceeded):
+        return ended(state, result, run, children, str(err) or None, finished)
+    if (why := _retry_would_not_fit(err, plan, settings, run)) is not None:
+        return ended(state, result, run, children, why, finished)
+    raise err
+
+
+def _real(status: StepStatus) -> bool:
+    """True for a step that ran to its own end (completed, or failed by itself)."""
+    return not (status.ran_out or status is StepStatus.STALE)
+
+
+def dropped(
+    state: Any,
+    record: StepRecord,
+    children: Sequence[StepRecord],
+    finished: Mapping[str, ToolMessage] | None,
+    run: RunTracker | None = None,
+) -> Any:
+    """An optional node cut at its own budget: no update of its own (the open tool calls it was
+    answering get their answers), its record in the trace, and the run goes on. A `@task`
+    (no state) raises `DeadlineExceeded` to the code that awaits it, which decides: caught, the
+    run goes on; not caught, it ends the entrypoint's run as a cut does."""
+    if state is None:
+        reason = record.ran_out_reason()
+        outcome = Outcome(terminal=Terminal.DEADLINE_EXCEEDED, step=record.name, reason=reason)
+        raise DeadlineExceeded(reason, step=record.name, outcome=outcome)
+    update: dict[str, Any] = {}
+    if calls := open_tool_calls(state):
+        update["messages"] = close_pending(calls, record, finished)
+    if _traced(state, run):
+        update["deadline_trace"] = [*children, record]
+    return update or None
+
+
+def finish_unbounded(
+    state: Any, value: Any, children: list[StepRecord], run: RunTracker | None = None
+) -> Any:
+    """The update of a node that nothing bounded and that completed: the records of the steps
+    inside it, and none of its own (see `NodeStep`)."""
+    if any(not _real(r.status) for r in children):
+        uncached()
+    value = plain_input(value)
+    return with_trace(value, children) if children and _traced(state, run) else value
+
+
+def _retry_would_not_fit(
+    error: BaseException, plan: Plan, settings: NodeSettings, run: RunTracker | None
+) -> str | None:
+    """Why LangGraph's retry of this failed attempt must not start, or None if it may (the rule
+    is `retries.would_not_fit`, which the retry loop's guard applies to errors raised around
+    the body)."""
+    if settings.retry is None or plan.deadline is None or not isinstance(error, Exception):
+        return None
+    policy = next((p for p in policies(settings.retry) if retries_on(p, error)), None)
+    if policy is None:
+        return None
+    reserve = settings.reserve if settings.reserve is not None else (run.reserve if run else 0.0)
+    return would_not_fit(
+        policy,
+        error,
+        name=plan.name,
+        attempt=plan.attempt,
+        deadline=plan.deadline,
+        reserve=reserve,
+        min_viable=plan.min_viable,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeStep:
+    """One budgeted node: its name and settings, and the life of each of its runs."""
+
+    name: str
+    settings: NodeSettings
+
+    def _plan(
+        self,
+        config: RunnableConfig,
+        run: RunTracker | None,
+        deadline: Deadline | None,
+        *,
+        sync: bool,
+        started: float | None = None,
+    ) -> Plan:
+        return plan_step(
+            self.name,
+            "node",
+            cap=self.settings.cap,
+            min_viable=self.settings.min_viable,
+            reserve=self.settings.reserve,
+            deadline=deadline,
+            attempt=node_attempt(config),
+            run=run,
+            sync=sync,
+            started=started,
+            idle_cap=self.settings.idle_cap,
+        )
+
+    def _bounded(self, state: Any, run: RunTracker | None) -> tuple[bool, Deadline | None]:
+        """Whether anything bounds this run of the node (its cap, a deadline in state, the
+        run's, one in context), and the deadline its state holds."""
+        if run is not None and run.deadline is not None:
+            return True, deadline_from_state(state, known=run.deadline)
+        deadline = deadline_from_state(state)
+        bounded = (
+            self.settings.cap is not None or deadline is not None or current_deadline() is not None
+        )
+        return bounded, deadline
+
+    def call(
+        self,
+        state: Any,
+        config: RunnableConfig,
+        body: Callable[[RunnableConfig], Any],
+        finished: Mapping[str, ToolMessage] | None = None,
+    ) -> Any:
+        """Run a sync body under the node's budget (abandoned on a thread past it). The body
+        gets the config to run with; its LangChain model streams stop at their first token
+        past the budget, since the thread that runs them cannot be stopped."""
+        if already_ended(state):
+            return None
+        run = run_from_config(config)
+        bounded, deadline = self._bounded(state, run)
+        if not bounded:
+            return self._call_unbounded(state, config, body, run, finished)
+        plan = self._plan(config, run, deadline, sync=True)
+        if plan.skip:
+            return skipped(plan, state, run)
+        said = listening(state, run, finished)
+        if said is not None:
+            config = merge_configs(config, {"callbacks": [said]})
+
+        def guarded() -> Any:  # on a worker thread, in a copy of this context
+            streams_stopped()  # its model streams end at the budget: the thread runs on
+            with callbacks_in_context(said), watching_streams(plan.idle is not None):
+                return body(config)
+
+        with child_records(plan.link, run) as children:
+            result = run_sync(plan, guarded, run=run, passthrough=PASSTHROUGH)
+        kept(said, result, run)
+        return finish(state, result, children, plan, self.settings, run, finished)
+
+    async def acall(
+        self,
+        state: Any,
+        config: RunnableConfig,
+        body: Callable[[], Awaitable[Any]],
+        finished: Mapping[str, ToolMessage] | None = None,
+        *,
+        on_thread: bool = False,
+        said: PartialAnswer | None = None,
+    ) -> Any:
+        """Run an async body under the node's budget (cancelled at it); `on_thread` when the
+        body only waits on a thread, which the budget cannot stop. `said` collects what the
+        body's model calls stream (given when the body runs with a config of its own, which
+        holds it; else one is made for model calls that read the context)."""
+        if already_ended(state):
+            return None
+        run = run_from_config(config)
+        bounded, deadline = self._bounded(state, run)
+        if not bounded:
+            return await self._acall_unbounded(state, config, body, run, finished, on_thread)
+        plan = self._plan(config, run, deadline, sync=on_thread)
+        if plan.skip:
+            return skipped(plan, state, run)
+        said = said or listening(state, run, finished)
+        stopped = streams_stopped()  # its model streams end at the cut, on a thread too
+        try:
+            with (
+                child_records(plan.link, run) as children,
+                StepRun(plan, run, passthrough=PASSTHROUGH) as step,
+                callbacks_in_context(said),
+                watching_streams(plan.idle is not None),  # its models' chunks are progress
+            ):
+                step.value = await body()  # in this coroutine: one frame fewer than run_async's
+        finally:
+            streams_let_go(stopped)
+        kept(said, step.result, run)
+        return finish(state, step.result, children, plan, self.settings, run, finished)
+
+    # -- nothing bounds the node: it runs as it would bare ----------------------------------------
+    # No budget to plan, no timer, and no record of its own when it completes (there is nothing
+    # to report); the records of the steps inside it still reach the trace. It still stops when
+    # the caller gives up, and a node that does not complete is recorded as any other.
+
+    async def _acall_unbounded(
+        self,
+        state: Any,
+        config: RunnableConfig,
+        body: Callable[[], Awaitable[Any]],
+        run: RunTracker | None,
+        finished: Mapping[str, ToolMessage] | None,
+        on_thread: bool,
+    ) -> Any:
+        started = time.monotonic()
+        with child_records(None, run) as children:
+            try:
+                with unbounded_guard(self.name, run):
+                    value = await body()
+            except BaseException as exc:
+                if (ended := self._settle_late(exc, config, run, started, on_thread)) is None:
+                    raise
+                return finish(state, ended[1], children, ended[0], self.settings, run, finished)
+        return finish_unbounded(state, value, children, run)
+
+    def _call_unbounded(
+        self,
+        state: Any,
+        config: RunnableConfig,
+        body: Callable[[RunnableConfig], Any],
+        run: RunTracker | None,
+        finished: Mapping[str, ToolMessage] | None,
+    ) -> Any:
+        started = time.monotonic()
+        with child_records(None, run) as children:
+            try:
+                value = body(config)
+            except BaseException as exc:
+                if (ended := self._settle_late(exc, config, run, started, True)) is None:
+                    raise
+                return finish(state, ended[1], children, ended[0], self.settings, run, finished)
+        return finish_unbounded(state, value, children, run)
+
+    def _settle_late(
+        self,
+        exc: BaseException,
+        config: RunnableConfig,
+        run: RunTracker | None,
+        started: float,
+        sync: bool,
+    ) -> tuple[Plan, StepResult[Any]] | None:
+        """An unbounded node that did not complete: planned now, dated from `started`, and
+        recorded by the one rule (`settle`). None: `exc` goes on up."""
+        plan = self._plan(config, run, None, sync=sync, started=started)
+        result = settle(exc, plan, run, passthrough=PASSTHROUGH)
+        return None if result is None else (plan, result)
+
+
+def listening(
+    state: Any, run: RunTracker | None, finished: Mapping[str, ToolMessage] | None
+) -> PartialAnswer | None:
+    """A collector of the text a node streams, for a node that may answer the user (a messages
+    state, no tool calls to answer) in a run whose closing reply keeps a cut answer."""
+    if run is None or not run.keep_partial or finished is not None:
+        return None
+    return PartialAnswer() if messages_of(state) is not None else None
+
+
+def kept(said: PartialAnswer | None, result: StepResult[Any], run: RunTracker | None) -> None:
+    """A node cut mid-answer: what it had said goes to the closing reply."""
+    if said is not None and run is not None and result.status.cut and said.text:
+        run.partial = said.text
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 _INJECTABLE = ("config", "runtime", "store", "writer", "previous")

@@ -37,7 +37,7 @@ class GraphSettings:
     entrypoint (Functional API), whose runs return a value: one that ends early raises
     `DeadlineExceeded` with `.state` None, and no state is read for it; `queue_time`, for a
     graph LangGraph Server runs, the most queue time taken from a run's budget (None: the budget
-    counts from when the run starts; see `_graph/served.py`)."""
+    counts from when the run starts; see `_graph/inputs.py`)."""
 
     timeout: float | None = None
     reserve: float = 0.0

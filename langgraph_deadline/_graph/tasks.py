@@ -23,9 +23,9 @@ from langgraph.config import get_config
 from .._core.records import StepRecord, StepStatus
 from .._core.rules import StepRule, Timings
 from .following import PastFollowers
+from .node import NodeStep
 from .seams import as_task, is_async_task, scheduling_with, task_name
 from .settings import NodeSettings
-from .step import NodeStep
 
 __all__ = ["TaskBudgets", "kept", "akept"]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from langchain.agents.middleware import (
 )
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.errors import GraphRecursionError
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -30,6 +32,7 @@ from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.types import StepStatus
 from tests.agents.support import ask
 from tests.chat_models import ScriptedChatModel
+from tests.conftest import collecting
 
 TIMEOUT = 600.0  # nobody reaches it
 
@@ -81,6 +84,31 @@ async def test_the_middleware_inside_with_deadlines_runs_as_the_agent_alone() ->
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED
     kinds = [r.kind for r in out["deadline_trace"]]
     assert kinds.count("model") == 2 and kinds.count("tool") == 1
+
+
+@pytest.mark.anyio
+async def test_the_middleware_inside_with_deadlines_leaves_the_runs_records_in_their_order(
+    tmp_path: Path,
+) -> None:
+    """The run writes its records once, at its end: the middleware's calls among them, in the
+    order they ended, each told to the observers as one of the run's steps."""
+    agent = _agent(True, tools=[lookup], script=_calls_lookup(1))
+    cfg: Any = {"configurable": {"thread_id": "order"}}
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "agent.sqlite")) as saver:
+        graph = with_deadlines(agent, timeout=TIMEOUT, checkpointer=saver)
+        with collecting() as told:
+            out = await graph.ainvoke(ask(), cfg)
+        stored = (await graph.aget_state(cfg)).values["deadline_trace"]
+    # Old code: the middleware's calls first (written as they ended), the nodes' after them.
+    assert out["deadline_trace"] == told.records
+    assert [(r.kind, r.name) for r in told.records if r.kind != "node"] == [
+        ("model", "model"),
+        ("tool", "lookup"),
+        ("model", "model"),
+    ]
+    [run] = told.runs
+    assert {e.run_id for e in told.events} == {run.run_id}  # old code: None for the calls
+    assert stored == out["deadline_trace"]
 
 
 # -- 2. the agent's graph and LangChain's checks -------------------------------------------------
