@@ -1092,9 +1092,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if ran_out_at_the_end(run):
             return await afinal_state(self, run, cfg, None)
         await akeep_deadline(self, run, cfg)
-        values, (result, done) = result, self._completed(result, run)
-        await akeep_end(self, run, cfg, done, values)
-        return result
+        returned, done = self._completed(result, run)
+        await akeep_end(self, run, cfg, done, result)
+        return returned
 
     def _completed(self, result: Any, run: RunTracker) -> tuple[Any, Outcome | None]:
         """What `invoke` returns for a run LangGraph finished, and its outcome when the run
