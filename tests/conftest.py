@@ -4,6 +4,7 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import anyio
 import pytest
 
 from langgraph_deadline import StepRecord
@@ -89,3 +90,14 @@ def runs() -> Iterator[list[RunEvent]]:
     """Every run event told during the test."""
     with collecting() as collect:
         yield collect.runs
+
+
+async def hang_then_close_slowly(close: float = 0.05) -> None:
+    """A tool body's I/O: it waits until cut, then takes `close` seconds to close (shielded),
+    longer than the hand-off between a tool's cut and its node's, so the node's cut reaches
+    the tool mid-close."""
+    try:
+        await anyio.sleep(3600)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(close)

@@ -8,12 +8,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, ModelResponse
-from langgraph.config import get_config
 from langgraph.types import Command
 
 from .._core.plan import Plan, plan_step, run_from_config
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
+from .._graph.seams import running_config
 from .._graph.state import deadline_from_state
 from .._graph.streams import (
     PartialAnswer,
@@ -69,10 +69,7 @@ def call_rate(settings: MiddlewareSettings) -> Rate | None:
 
 
 def _run_book() -> object:
-    try:
-        run = run_from_config(get_config())
-    except RuntimeError:  # not inside a LangGraph run
-        return None
+    run = run_from_config(running_config())
     return None if run is None else run.book
 
 

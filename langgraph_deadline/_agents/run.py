@@ -10,12 +10,12 @@ from typing import Annotated, Any, Final, NotRequired, cast
 
 from langchain.agents.middleware import AgentState
 from langchain.agents.middleware.types import PrivateStateAttr
-from langgraph.config import get_config
 
 from .._core.observe import RunEvent
 from .._core.plan import Plan, new_run_id, run_from_config
 from .._core.record import named_run, record_child
 from .._core.records import Outcome, StepRecord, StepStatus
+from .._graph.seams import running_config
 from .._graph.state import DeadlineState
 from .._graph.terminal import origin_of, tell_run_ended
 
@@ -78,10 +78,7 @@ def run_started(
     middleware tells its end: not when `with_deadlines` runs the agent (it tells every run's
     end) nor inside a parent graph or a turn in progress (`nested`, `joined`: the parent's run
     is the one that ends)."""
-    try:
-        config = get_config()
-    except RuntimeError:  # not inside a LangGraph run
-        config = {}
+    config = running_config() or {}
     quiet = run_from_config(config) is not None or any(notes.values())
     origin = dict(origin_of(config))
     return {
@@ -134,8 +131,5 @@ def entry_keeps_trace() -> bool:
     """True when `with_deadlines` runs the agent: its entry writes the run's records at the
     run's end (`RunTracker.trace_at_end`), so the middleware's calls leave theirs out of their
     updates, as its nodes do (they reach the run's records through the node they run in)."""
-    try:
-        run = run_from_config(get_config())
-    except RuntimeError:  # not inside a LangGraph run
-        return False
+    run = run_from_config(running_config())
     return run is not None and run.trace_at_end

@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeVar, cast
 
 from langchain_core.messages import BaseMessage, HumanMessage
-from langgraph.config import get_config
 from langgraph.types import Command, Overwrite
 
 from .._core.deadline import Deadline
+from .._graph.seams import running_config
 from .._graph.state import deadline_from_state
 
 __all__ = ["handed_on", "in_parent_graph", "turn_in_progress"]
@@ -26,10 +26,7 @@ _NS_SEP: Final = "|"
 def in_parent_graph() -> bool:
     """Whether this node runs inside a parent graph (the agent is a swarm member, a worker,
     a subgraph), read from LangGraph's checkpoint namespace."""
-    try:
-        config = get_config()
-    except RuntimeError:  # not inside a LangGraph run
-        return False
+    config = running_config() or {}
     namespace = config.get("configurable", {}).get("checkpoint_ns") or ""
     return _NS_SEP in str(namespace)
 

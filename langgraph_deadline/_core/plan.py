@@ -143,13 +143,20 @@ class Plan(NamedTuple):
                 None,
                 None,
                 self.parent,
-                round(held * 1000.0, 3) or None if held else None,
+                _held_ms(held),
                 None if gap is None else round(gap * 1000.0, 3),
             )
         )
 
 
 # -- the run --------------------------------------------------------------------------------------
+
+
+def _held_ms(seconds: float | None) -> float | None:
+    """The time a step kept back for what follows it, in ms; None when it kept none back."""
+    if not seconds:
+        return None
+    return round(seconds * 1000.0, 3) or None
 
 
 def new_run_id() -> str:

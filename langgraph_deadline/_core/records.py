@@ -110,8 +110,9 @@ class CutShort:
 
     def short(self, record: StepRecord) -> bool:
         short = ended_short(record.status)
-        if not short and self._inside and (link := record.link) is not None:
-            short = self._inside.pop(link, False) is None
+        if not short and self._inside and (link := record.link) in self._inside:
+            del self._inside[link]
+            short = True
         if short and record.parent is not None:
             self._inside[record.parent] = None
             if self._keep is not None and len(self._inside) > self._keep:

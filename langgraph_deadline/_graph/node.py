@@ -40,7 +40,7 @@ from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, RunTracker, plan_step, run_from_config
 from .._core.record import child_records, commit_record
-from .._core.records import Outcome, StepRecord, StepStatus, Terminal
+from .._core.records import Outcome, StepRecord, StepStatus, Terminal, ended_short
 from .._core.rules import StepRule
 from .._core.run import StepResult, StepRun, run_sync, settle, unbounded_guard
 from .._core.validate import (
@@ -206,7 +206,7 @@ def finish(
 
 def _real(status: StepStatus) -> bool:
     """True for a step that ran to its own end (completed, or failed by itself)."""
-    return not (status.ran_out or status is StepStatus.STALE)
+    return not ended_short(status)
 
 
 def dropped(

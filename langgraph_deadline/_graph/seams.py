@@ -16,6 +16,7 @@ from typing import Any, Final
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import get_runtime
 
@@ -29,6 +30,7 @@ __all__ = [
     "drain",
     "is_async_task",
     "node_attempt",
+    "running_config",
     "runs_on_a_thread",
     "scheduling_with",
     "task_name",
@@ -41,6 +43,14 @@ PASSTHROUGH: Final[tuple[type[BaseException], ...]] = (GraphBubbleUp,)
 
 DRAIN_REASON: Final = "deadline_exceeded"
 """The reason given to `RunControl.request_drain` when a step ran out of budget."""
+
+
+def running_config() -> RunnableConfig | None:
+    """The config of the LangGraph run this code runs in (`get_config`), None outside one."""
+    try:
+        return get_config()
+    except RuntimeError:  # not inside a LangGraph run
+        return None
 
 
 def _runtime() -> Any:

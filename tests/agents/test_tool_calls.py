@@ -31,6 +31,7 @@ from langgraph_deadline.testing import (
 from langgraph_deadline.types import StepStatus
 from tests.agents.support import MARGIN, ask, orders
 from tests.chat_models import openai_chat as chat
+from tests.conftest import hang_then_close_slowly
 
 
 @pytest.mark.anyio
@@ -110,16 +111,11 @@ async def test_a_deadline_tool_cut_mid_close_in_an_agent_is_recorded_once(
     """In an agent under `DeadlineMiddleware`, a `deadline_tool` whose close outlasts its cut
     (the run's deadline then reaches it mid-close) keeps its record, once: the middleware
     never records a `deadline_tool`'s call itself."""
-    import anyio
 
     @deadline_tool(cap=3.0)
     async def stock(sku: str) -> str:
         """Stock level."""
-        try:
-            await anyio.sleep(3600)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.05)  # longer than the hand-off between the two cuts
+        await hang_then_close_slowly()
         return "never"
 
     server.enqueue(ChatReply.tool_call("stock", {"sku": "A1"}), ChatReply.text("no stock info"))

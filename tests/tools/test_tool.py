@@ -23,6 +23,7 @@ from langgraph_deadline import (
 from langgraph_deadline.testing import SlowServer
 from langgraph_deadline.types import StepStatus
 from tests.chat_models import ScriptedChatModel, tool_calls
+from tests.conftest import hang_then_close_slowly
 
 MARGIN = 0.6
 
@@ -171,16 +172,11 @@ async def test_a_tool_whose_close_outlives_its_cut_still_leaves_its_record(
     """The tool's cut fires a hand-off before its node's; when closing its I/O takes longer
     than that (a loaded machine, a slow TLS close), the node's cut reaches it mid-close. The
     tool's record must still be written: it never gets back to record its own result."""
-    import anyio
 
     @deadline_tool(cap=3.0)
     async def search(query: str) -> str:
         """Search."""
-        try:
-            await anyio.sleep(5)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.05)  # longer than the hand-off between the two cuts
+        await hang_then_close_slowly()
         return "never"
 
     b = StateGraph(Msgs)
@@ -202,17 +198,12 @@ async def test_a_tool_cut_by_its_node_mid_close_keeps_what_its_record_says(
 ) -> None:
     """The same race: the record the node's cut makes for the tool still says what the tool
     would have added (a write that may have been sent; the copies a hedged read started)."""
-    import anyio
 
     from langgraph_deadline import Hedge
 
     async def search(query: str) -> str:
         """Search."""
-        try:
-            await anyio.sleep(5)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.05)  # longer than the hand-off between the two cuts
+        await hang_then_close_slowly()
         return "never"
 
     options: dict[str, Any] = (
