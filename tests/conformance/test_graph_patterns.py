@@ -139,9 +139,7 @@ async def test_an_agent_subgraph_that_runs_out_tells_its_parent(
     out = await graph.ainvoke(ask())
     assert time.monotonic() - t0 < 1.0 + MARGIN  # the parent's deadline, not the agent's 30 s
     assert terminal_of(out) is Terminal.DEADLINE_EXCEEDED
-    # The agent's model call ran out, or (on a loaded machine, when the node's own cut comes
-    # before the call's ending is written: they are a hand-off apart) the node that ran it.
-    assert out["deadline_outcome"].step in ("model", "child")
+    assert out["deadline_outcome"].step == "model"  # the agent's model call ran out
     assert server.wait_disconnected(MARGIN)
     assert_valid_history(out["messages"])
 
