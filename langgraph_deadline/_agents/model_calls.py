@@ -11,6 +11,7 @@ from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, Mod
 from langgraph.types import Command
 
 from .._core.plan import Plan, plan_step, run_from_config
+from .._core.record import ends_its_run
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
 from .._graph.seams import running_config
@@ -113,6 +114,7 @@ class Ears(NamedTuple):
 
     @contextlib.contextmanager
     def listening(self) -> Iterator[None]:
+        ends_its_run(MODEL_STEP)  # cut, the call closes the agent: where its run ran out
         with (
             stopping_streams(),
             callbacks_in_context(self.said, self.timing),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Final
@@ -11,7 +11,14 @@ from .observe import emit_step
 from .plan import PARENT, RunTracker
 from .records import StepRecord
 
-__all__ = ["child_records", "commit_record", "named_run", "record_child"]
+__all__ = [
+    "child_records",
+    "commit_record",
+    "cut_inside",
+    "ends_its_run",
+    "named_run",
+    "record_child",
+]
 
 
 def commit_record(record: StepRecord, run: RunTracker | None, key: int | None = None) -> None:
@@ -52,13 +59,36 @@ def named_run(run_id: str, deadline_at: float | None) -> Iterator[None]:
 
 
 class _Sink(list[StepRecord]):
-    """The records of the steps inside a node, and the node's run (None outside one)."""
+    """The records of the steps inside a node, the node's run (None outside one), and the
+    name of a step inside that ends the run by itself when cut (`ends_its_run`)."""
 
-    __slots__ = ("run",)
+    __slots__ = ("ender", "run")
 
     def __init__(self, run: RunTracker | None) -> None:
         super().__init__()
         self.run = run
+        self.ender: str | None = None
+
+
+def ends_its_run(name: str) -> None:
+    """The step `name`, about to run inside a node, ends its run itself when the run's time
+    runs out in it (the agent middleware's model call closes the agent in words). Its cut is
+    due a hand-off before the node's; on a busy loop both are due at once and the node's may be
+    handled first: the node then still names this step (`cut_inside`)."""
+    sink = _CHILDREN.get()
+    if sink is not None:
+        sink.ender = name
+
+
+def cut_inside(children: Sequence[StepRecord]) -> StepRecord | None:
+    """The last step inside a node, when it was cut by the run's deadline and ends its run
+    itself (`ends_its_run`): where the run ran out, whichever cut was handled first."""
+    if not isinstance(children, _Sink) or children.ender is None or not children:
+        return None
+    last = children[-1]
+    if last.name != children.ender or last.cancel_source != "run_deadline":
+        return None
+    return last if last.status.cut else None
 
 
 _CHILDREN: Final[ContextVar[_Sink | None]] = ContextVar("langgraph_deadline.children", default=None)

@@ -39,7 +39,7 @@ from .._core.context import current_deadline
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, RunTracker, plan_step, run_from_config
-from .._core.record import child_records, commit_record
+from .._core.record import child_records, commit_record, cut_inside
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal, ended_short
 from .._core.rules import StepRule
 from .._core.run import StepResult, StepRun, run_sync, settle, unbounded_guard
@@ -121,10 +121,12 @@ def ended(
       them raises `DeadlineExceeded` with the outcome and the state it was given.
     """
     rec = result.record
-    if reason is None:
-        reason = rec.ran_out_reason()
     err = result.error
     inner = err.step if isinstance(err, DeadlineExceeded) and not result.status.cut else None
+    if rec.cancel_source == "run_deadline" and (last := cut_inside(children)) is not None:
+        inner, reason = last.name, reason or last.ran_out_reason()  # its cut came second
+    if reason is None:
+        reason = rec.ran_out_reason()
     elapsed = None if run is None else round((time.monotonic() - run.started) * 1000.0, 3)
     # Where the time ran out: this node, or the step below it that said so (a downstream
     # service's step, named in its 504; a retried call; a model call).

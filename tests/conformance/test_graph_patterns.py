@@ -8,6 +8,7 @@ import operator
 import time
 from typing import Annotated, Any
 
+import anyio
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
@@ -140,6 +141,30 @@ async def test_an_agent_subgraph_that_runs_out_tells_its_parent(
     assert time.monotonic() - t0 < 1.0 + MARGIN  # the parent's deadline, not the agent's 30 s
     assert terminal_of(out) is Terminal.DEADLINE_EXCEEDED
     assert out["deadline_outcome"].step == "model"  # the agent's model call ran out
+    assert server.wait_disconnected(MARGIN)
+    assert_valid_history(out["messages"])
+
+
+@pytest.mark.anyio
+async def test_a_busy_loop_still_names_the_agents_model_call_where_the_time_ran_out(
+    server: FakeOpenAIServer,
+) -> None:
+    # The loop is held across the deadline, so the model call's cut and its node's are due
+    # together, and the node's is handled first: the run still ran out in the model call.
+    server.enqueue(ChatReply.hang())
+    agent = create_agent(chat(server), [], middleware=[DeadlineMiddleware(timeout=30.0)])
+    graph = with_deadlines(_parent(agent), timeout=1.0, reserve=0.2)
+
+    async def hold_the_loop() -> None:
+        await anyio.sleep(0.6)
+        time.sleep(0.4)  # noqa: ASYNC251  (holds the loop over both cuts: 0.79 s and 0.8 s)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold_the_loop)
+        out = await graph.ainvoke(ask())
+    assert terminal_of(out) is Terminal.DEADLINE_EXCEEDED
+    assert out["deadline_outcome"].step == "model"
+    assert "model" in out["deadline_outcome"].reason
     assert server.wait_disconnected(MARGIN)
     assert_valid_history(out["messages"])
 
