@@ -20,14 +20,13 @@ from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, Mod
 from langchain_core.language_models import BaseChatModel
 from langgraph.types import Command
 
-from .._core.plan import Plan, plan_step
+from .._core.plan import Plan
 from .._core.records import StepRecord, StepStatus
-from .._core.run import StepResult, run_async, run_sync
+from .._core.run import StepResult, refused, run_async, run_sync
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state
 from .model import Choice, Fallbacks, Pick, mark_messages, pick, why_next
 from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
-from .run import skipped
 from .settings import MiddlewareSettings
 
 __all__ = ["acall_chain", "call_chain"]
@@ -53,16 +52,7 @@ def _planner(
     def plan_of(choice: Choice) -> Plan:
         if choice.name == MODEL_STEP:
             return model_plan(settings, state, sync=sync)
-        return plan_step(
-            choice.name,
-            "model",
-            cap=choice.cap,
-            min_viable=choice.min_viable,
-            reserve=settings.reserve,
-            deadline=deadline_from_state(state),
-            sync=sync,
-            idle_cap=choice.idle_cap,
-        )
+        return choice.step(settings.reserve).plan(deadline=deadline_from_state(state), sync=sync)
 
     return plan_of
 
@@ -130,7 +120,7 @@ def _start(
     chosen, first = pick(chain, 0, plan_of, settings.fallbacks)
     if chosen is None:
         assert first is not None
-        return chain, plan_of, settings.fallbacks, gave_up(request.state, skipped(first))
+        return chain, plan_of, settings.fallbacks, gave_up(request.state, refused(first).record)
     return chain, plan_of, settings.fallbacks, chosen
 
 

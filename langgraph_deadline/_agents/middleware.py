@@ -32,7 +32,7 @@ from .._core.moved import renamed, renamed_property
 from .._core.record import child_records
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.rules import StepRule
-from .._core.run import run_async, run_sync
+from .._core.run import refused, run_async, run_sync
 from .._core.validate import show
 from .._graph.following import found_book
 from .._graph.seams import PASSTHROUGH
@@ -49,13 +49,12 @@ from .run import (
     elapsed_ms,
     fields,
     run_started,
-    skipped,
     steps_of,
     tell_ended,
 )
 from .seams import ToolHook
 from .settings import MiddlewareSettings
-from .tool_calls import ToolResult, ran_out, tool_plan, tool_result
+from .tool_calls import ToolResult, tool_plan, tool_result
 from .turn import handed_on, in_parent_graph, turn_in_progress
 
 __all__ = ["DeadlineAgentState", "DeadlineMiddleware"]
@@ -320,8 +319,6 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if self.settings.fallbacks is not None:
             return await acall_chain(self.settings, request, handler)
         plan = model_plan(self.settings, request.state, sync=False)
-        if plan.skip:
-            return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
         ears = Ears.of(budgeted, self.settings, plan)
         with ears.listening():
@@ -349,8 +346,6 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if self.settings.fallbacks is not None:
             return call_chain(self.settings, request, handler)
         plan = model_plan(self.settings, request.state, sync=True)
-        if plan.skip:
-            return gave_up(request.state, skipped(plan))
         budgeted = with_budget(request, plan, self.settings)
         ears = Ears.of(budgeted, self.settings, plan)
 
@@ -383,8 +378,6 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ToolResult:
         tool = request.tool
         plan = tool_plan(self.settings, request, sync=getattr(tool, "coroutine", True) is None)
-        if plan.skip:
-            return ran_out(request, plan, skipped(plan), [])
         own = not isinstance(tool, DeadlineTool)  # a deadline_tool records and answers itself
         inner: list[StepRecord] = []
 
@@ -415,8 +408,6 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ToolResult:
         tool = request.tool
         plan = tool_plan(self.settings, request, sync=True)
-        if plan.skip:
-            return ran_out(request, plan, skipped(plan), [])
         own = not isinstance(tool, DeadlineTool)
         inner: list[StepRecord] = []
 
@@ -439,7 +430,7 @@ def _ended(
     outcome = fields(request.state).get("deadline_outcome")
     if not isinstance(outcome, Outcome) or outcome.ok:
         return None
-    return gave_up(request.state, skipped(model_plan(settings, request.state, sync=False)))
+    return gave_up(request.state, refused(model_plan(settings, request.state, sync=False)).record)
 
 
 def _attached(

@@ -39,11 +39,10 @@ from langchain_core.runnables.config import merge_configs
 
 from .._core.context import cut_through
 from .._core.errors import DeadlineExceeded
-from .._core.plan import Plan, plan_step, run_from_config
-from .._core.record import record_child
+from .._core.plan import Plan, Step, run_from_config
 from .._core.records import StepStatus
 from .._core.rules import StepRule
-from .._core.run import StepResult, run_async, run_sync
+from .._core.run import StepResult, refused, run_async, run_sync
 from .._core.validate import (
     check_idle_cap,
     check_number,
@@ -101,6 +100,10 @@ class Choice:
     min_viable: float = 0.0
     rate: Rate | None = None
     idle_cap: float | StepRule | None = None
+
+    def step(self, reserve: float | None) -> Step:
+        """Its call as a step, with `reserve` held back (None: the run's)."""
+        return Step(self.name, "model", self.cap, self.min_viable, reserve, self.idle_cap)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -378,19 +381,11 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         return BudgetedModel(bound[0], self._limits, fallbacks)
 
     def _plan(self, choice: Choice, config: RunnableConfig, *, sync: bool) -> Plan:
-        return plan_step(
-            choice.name,
-            "model",
-            cap=choice.cap,
-            min_viable=choice.min_viable,
-            reserve=0.0,  # a model call inside a node shares the node's budget, reserve held back
-            run=run_from_config(config),
-            sync=sync,
-            idle_cap=choice.idle_cap,
-        )
+        # A model call inside a node shares the node's budget, the reserve held back already.
+        return choice.step(0.0).plan(run=run_from_config(config), sync=sync)
 
     def _refuse(self, plan: Plan, config: RunnableConfig) -> DeadlineExceeded:
-        record_child(plan.record(StepStatus.SKIPPED), run_from_config(config))
+        refused(plan, run_from_config(config))
         left = 0.0 if plan.remaining is None else plan.remaining
         nor = " (and no fallback could start)" if len(self._chain) > 1 else ""
         return DeadlineExceeded(

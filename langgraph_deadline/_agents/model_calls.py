@@ -10,7 +10,7 @@ from typing import Any, Final, NamedTuple
 from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, ModelResponse
 from langgraph.types import Command
 
-from .._core.plan import Plan, plan_step, run_from_config
+from .._core.plan import Plan, Step, run_from_config
 from .._core.record import ends_its_run
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
@@ -46,16 +46,15 @@ MODEL_STEP: Final = "model"
 
 def model_plan(settings: MiddlewareSettings, state: Mapping[str, Any], *, sync: bool) -> Plan:
     """The next model call's budget: `min(model_cap, remaining - reserve)`."""
-    return plan_step(
+    step = Step(
         MODEL_STEP,
         "model",
-        cap=settings.model_cap,
-        min_viable=settings.model_min_viable,
-        reserve=settings.reserve,
-        deadline=deadline_from_state(state),
-        sync=sync,
-        idle_cap=settings.model_idle_cap,
+        settings.model_cap,
+        settings.model_min_viable,
+        settings.reserve,
+        settings.model_idle_cap,
     )
+    return step.plan(deadline=deadline_from_state(state), sync=sync)
 
 
 def call_rate(settings: MiddlewareSettings) -> Rate | None:
@@ -131,15 +130,15 @@ class Ears(NamedTuple):
 def model_result(
     state: Mapping[str, Any], result: StepResult[ModelResponse[Any]], *, partial: str = ""
 ) -> ExtendedModelResponse[Any]:
-    """A completed call's response with its record; a cut call ends the agent (keeping the
-    `partial` answer it had streamed); errors raise."""
+    """A completed call's response with its record; a call cut (keeping the `partial` answer
+    it had streamed) or refused ends the agent; errors raise."""
     if result.status is StepStatus.COMPLETED:
         assert result.value is not None
         traced: Command[Any] | None = None
         if not entry_keeps_trace():  # the middleware alone: no one else writes the record
             traced = Command(update={"deadline_trace": [result.record]})
         return ExtendedModelResponse(model_response=result.value, command=traced)
-    if result.status.cut:
+    if result.status.ran_out:
         return gave_up(state, result.record, partial=partial)
     assert result.error is not None
     raise result.error

@@ -12,9 +12,9 @@ from langchain.agents.middleware import AgentState
 from langchain.agents.middleware.types import PrivateStateAttr
 
 from .._core.observe import RunEvent
-from .._core.plan import Plan, new_run_id, run_from_config
-from .._core.record import named_run, record_child
-from .._core.records import Outcome, StepRecord, StepStatus
+from .._core.plan import new_run_id, run_from_config
+from .._core.record import named_run
+from .._core.records import Outcome
 from .._graph.seams import running_config
 from .._graph.state import DeadlineState
 from .._graph.terminal import origin_of, tell_run_ended
@@ -26,7 +26,6 @@ __all__ = [
     "entry_keeps_trace",
     "fields",
     "run_started",
-    "skipped",
     "steps_of",
     "tell_ended",
 ]
@@ -61,13 +60,6 @@ def elapsed_ms(state: Mapping[str, Any]) -> float | None:
     if not isinstance(started, float):
         return None
     return round((time.time() - started) * 1000.0, 3)
-
-
-def skipped(plan: Plan) -> StepRecord:
-    """The record of a step not started for lack of time, reported to the observers."""
-    record = plan.record(StepStatus.SKIPPED)
-    record_child(record, None)
-    return record
 
 
 def run_started(

@@ -10,7 +10,7 @@ from langchain.agents.middleware import ToolCallRequest
 from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 
-from .._core.plan import Plan, plan_step
+from .._core.plan import Plan, Step
 from .._core.record import record_child
 from .._core.records import StepRecord, StepStatus
 from .._core.run import StepResult
@@ -29,16 +29,9 @@ ToolResult = ToolMessage | Command[Any]
 def tool_plan(settings: MiddlewareSettings, request: ToolCallRequest, *, sync: bool) -> Plan:
     """The call's budget: `min(cap, remaining - reserve)`; a `deadline_tool` has its own cap."""
     name = request.tool_call["name"]
-    wrapped = isinstance(request.tool, DeadlineTool)
-    return plan_step(
-        name,
-        "tool",
-        cap=None if wrapped else settings.tool_cap(name),
-        min_viable=0.0,
-        reserve=settings.reserve,
-        deadline=deadline_from_state(request.state),
-        sync=sync,
-    )
+    cap = None if isinstance(request.tool, DeadlineTool) else settings.tool_cap(name)
+    step = Step(name, "tool", cap, reserve=settings.reserve)
+    return step.plan(deadline=deadline_from_state(request.state), sync=sync)
 
 
 def tool_result(
@@ -50,11 +43,11 @@ def tool_result(
     own: bool,
 ) -> ToolResult:
     """The tool's answer with its records (its own only when `own`: a `deadline_tool` records
-    itself); past its budget, a timeout message; errors raise."""
+    itself); past its budget or refused, a timeout message; errors raise."""
     if result.status is StepStatus.COMPLETED:
         assert result.value is not None
         return _with_records(request, result.value, [*inner, result.record] if own else inner)
-    if result.status.cut:
+    if result.status.ran_out:
         if not own:
             record_child(result.record, None)
         return ran_out(request, plan, result.record, inner)

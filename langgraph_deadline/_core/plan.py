@@ -3,8 +3,8 @@
 
 - `RunTracker`: the run's bookkeeping, shared by every step of one run and carried in its config
   (`run_from_config`): its deadline and reserve, its records, the plans of the steps in flight.
-- `Plan`, `plan_step`: a step's budget against every deadline it knows (the one in state, the
-  one in context, the run's).
+- `Step`, `Plan`, `plan_step`: a step by its name and limits, and its budget against every
+  deadline it knows (the one in state, the one in context, the run's).
 - `run_step_end`, `RunAlarm`: the one instant the run's clamped steps end at, and the one timer
   for it (below).
 
@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, overload
 
 from .cancel import CancelSignal, current_signal
 from .clock import SYSTEM_CLOCK
@@ -39,11 +39,13 @@ __all__ = [
     "Plan",
     "RunAlarm",
     "RunTracker",
+    "Step",
     "current_parent",
     "new_run_id",
     "plan_step",
     "run_from_config",
     "run_step_end",
+    "step_budget",
 ]
 
 HANDOFF: Final = 0.01
@@ -263,6 +265,63 @@ def run_step_end(run: RunTracker) -> Deadline:
     return end
 
 
+@overload
+def step_budget(cap: float | None, left: float) -> float: ...
+@overload
+def step_budget(cap: float | None, left: None) -> float | None: ...
+def step_budget(cap: float | None, left: float | None) -> float | None:
+    """The one rule under every budget: `min(cap, left)`, where `left` is what the deadlines
+    in force leave once the reserve and the time for what follows are kept back (None: no
+    deadline). Set by them, the step ends a hand-off early, so that its answer is delivered
+    before they pass; set by its own cap, it is not shortened. Never negative, never more
+    than `cap`, nor than `left` when any is left: a step's deadline is never later than one
+    in force, and a deadline only ever gets earlier as steps nest."""
+    if left is None:
+        return cap
+    if cap is not None and cap <= left:
+        return cap
+    return max(0.0, left - HANDOFF)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Step:
+    """A step by its name and limits, as a face runs it: a node, a `@task`, a tool call, a
+    model call. Every face follows the one sequence: `plan` decides its budget now, the engine
+    runs the plan (`run.run_async`/`run_sync`: refused below what it needs, else cut at its
+    budget), and the face answers how it ended (`StepResult`)."""
+
+    name: str
+    kind: StepKind
+    cap: float | StepRule | None = None
+    min_viable: float | StepRule = 0.0
+    reserve: float | None = None
+    idle_cap: float | StepRule | None = None
+
+    def plan(
+        self,
+        *,
+        run: RunTracker | None = None,
+        deadline: Deadline | None = None,
+        attempt: int = 1,
+        sync: bool = False,
+        started: float | None = None,
+    ) -> Plan:
+        """Its budget now, against every deadline it knows (`plan_step`)."""
+        return plan_step(
+            self.name,
+            self.kind,
+            cap=self.cap,
+            min_viable=self.min_viable,
+            reserve=self.reserve,
+            deadline=deadline,
+            attempt=attempt,
+            run=run,
+            sync=sync,
+            started=started,
+            idle_cap=self.idle_cap,
+        )
+
+
 def plan_step(
     name: str,
     kind: StepKind,
@@ -314,7 +373,7 @@ def plan_step(
     started_at = time.time() - (now - started)
     if d is None:
         left = None
-        budget = cap
+        budget = step_budget(cap, None)
         ends = None if cap is None else Deadline._after(cap, SYSTEM_CLOCK)
     else:
         clock = d.clock
@@ -336,11 +395,9 @@ def plan_step(
             budget, shared = budget - held, False
         elif rule is not None:
             within = rule.keep_back_inside(kind, name, budget)
-        # A clamped step ends HANDOFF before the enclosing deadline; one its cap set does not.
-        if cap is not None and cap <= budget:
-            budget, shared, held, within = cap, False, 0.0, 0.0
-        else:
-            budget = max(0.0, budget - HANDOFF)
+        if cap is not None and cap <= budget:  # its cap sets it: nothing is kept back for later
+            shared, held, within = False, 0.0, 0.0
+        budget = step_budget(cap, budget)
         if shared and budget > 0.0:
             assert run is not None
             ends = run_step_end(run)

@@ -30,6 +30,7 @@ __all__ = [
     "Amend",
     "StepResult",
     "StepRun",
+    "refused",
     "run_async",
     "run_sync",
     "settle",
@@ -65,7 +66,8 @@ async def run_async(
     passthrough: tuple[type[BaseException], ...],
     amend: Amend | None = None,
 ) -> StepResult[T]:
-    """Run an async step under its budget; a cut step is cancelled (its I/O closes).
+    """Run an async step under its budget; a cut step is cancelled (its I/O closes), and one
+    whose budget is below what it needs is not started (`refused`).
 
     A plan made with `sync=True` marks a body that waits on a thread (a sync function run in an
     executor): cutting it stops the waiting, not the thread, so it is recorded as `abandoned`.
@@ -76,9 +78,21 @@ async def run_async(
     goes up through it, and never returns the result, so the record is made here with `amend`
     applied. Without `amend`, `commit=False` steps are recorded by someone else.
     """
+    if plan.skip:
+        return refused(plan, run, commit=commit)
     with StepRun(plan, run, commit=commit, passthrough=passthrough, amend=amend) as step:
         step.value = await body()
     return step.result
+
+
+def refused(plan: Plan, run: RunTracker | None = None, *, commit: bool = True) -> StepResult[Any]:
+    """A step not started: what it has left is below what it needs (`Plan.skip`). Recorded
+    `skipped` (by the caller when not `commit`); its face answers it as it answers a cut, since
+    both ran out of time (`StepStatus.ran_out`)."""
+    result = StepResult[Any](plan.record(StepStatus.SKIPPED))
+    if commit:
+        commit_record(result.record, run)
+    return result
 
 
 class StepRun(StepGuard):
@@ -255,8 +269,9 @@ def run_sync(
     commit: bool = True,
     passthrough: tuple[type[BaseException], ...],
 ) -> StepResult[T]:
-    """Run a sync step under its budget. A thread cannot be killed: past its budget the step is
-    left running in its own thread, recorded as `abandoned`, and the caller goes on in time.
+    """Run a sync step under its budget (not started when it is below what the step needs:
+    `refused`). A thread cannot be killed: past its budget the step is left running in its own
+    thread, recorded as `abandoned`, and the caller goes on in time.
 
     Called on an event loop's thread (sync `invoke` from async code), the step runs on that
     thread instead: the caller's sync call holds the loop's thread until it returns whichever
@@ -266,6 +281,8 @@ def run_sync(
     value let go, as if it had been cut there.
     """
     key = id(plan)
+    if plan.skip:
+        return refused(plan, run, commit=commit)
     if plan.budget is None and plan.idle is None:
         try:
             value = body()

@@ -38,11 +38,11 @@ from langgraph.runtime import Runtime
 from .._core.context import current_deadline
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
-from .._core.plan import Plan, RunTracker, plan_step, run_from_config
-from .._core.record import child_records, commit_record, cut_inside
+from .._core.plan import Plan, RunTracker, Step, run_from_config
+from .._core.record import child_records, cut_inside
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal, ended_short
 from .._core.rules import StepRule
-from .._core.run import StepResult, StepRun, run_sync, settle, unbounded_guard
+from .._core.run import StepResult, StepRun, refused, run_sync, settle, unbounded_guard
 from .._core.validate import (
     ceiling_of,
     check_fits,
@@ -166,13 +166,6 @@ def ended(
     return update or None
 
 
-def skipped(plan: Plan, state: Any, run: RunTracker | None) -> Any:
-    """A node not started for lack of budget: recorded `skipped`, and the run ends."""
-    record = plan.record(StepStatus.SKIPPED)
-    commit_record(record, run)
-    return ended(state, StepResult(record), run)
-
-
 def finish(
     state: Any,
     result: StepResult[Any],
@@ -193,7 +186,7 @@ def finish(
             uncached()  # an answer made of a cut or stale step is no result to replay
         value = plain_input(result.value)  # a node may bring the deadline forward, as plain data
         return with_trace(value, [*children, result.record]) if _traced(state, run) else value
-    if status.cut:
+    if status.ran_out:  # cut, or refused (`skipped`)
         if settings.optional and result.record.cancel_source == "step_cap":
             return dropped(state, result.record, children, finished, run)
         return ended(state, result, run, children, finished=finished)
@@ -275,28 +268,14 @@ class NodeStep:
     name: str
     settings: NodeSettings
 
-    def _plan(
-        self,
-        config: RunnableConfig,
-        run: RunTracker | None,
-        deadline: Deadline | None,
-        *,
-        sync: bool,
-        started: float | None = None,
-    ) -> Plan:
-        return plan_step(
-            self.name,
-            "node",
-            cap=self.settings.cap,
-            min_viable=self.settings.min_viable,
-            reserve=self.settings.reserve,
-            deadline=deadline,
-            attempt=node_attempt(config),
-            run=run,
-            sync=sync,
-            started=started,
-            idle_cap=self.settings.idle_cap,
+    step: Step = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        limits = self.settings
+        step = Step(
+            self.name, "node", limits.cap, limits.min_viable, limits.reserve, limits.idle_cap
         )
+        object.__setattr__(self, "step", step)
 
     def _bounded(self, state: Any, run: RunTracker | None) -> tuple[bool, Deadline | None]:
         """Whether anything bounds this run of the node (its cap, a deadline in state, the
@@ -325,9 +304,7 @@ class NodeStep:
         bounded, deadline = self._bounded(state, run)
         if not bounded:
             return self._call_unbounded(state, config, body, run, finished)
-        plan = self._plan(config, run, deadline, sync=True)
-        if plan.skip:
-            return skipped(plan, state, run)
+        plan = self.step.plan(run=run, deadline=deadline, attempt=node_attempt(config), sync=True)
         said = listening(state, run, finished)
         if said is not None:
             config = merge_configs(config, {"callbacks": [said]})
@@ -362,9 +339,11 @@ class NodeStep:
         bounded, deadline = self._bounded(state, run)
         if not bounded:
             return await self._acall_unbounded(state, config, body, run, finished, on_thread)
-        plan = self._plan(config, run, deadline, sync=on_thread)
-        if plan.skip:
-            return skipped(plan, state, run)
+        plan = self.step.plan(
+            run=run, deadline=deadline, attempt=node_attempt(config), sync=on_thread
+        )
+        if plan.skip:  # (a block cannot refuse its body: the engine's refusal, here)
+            return finish(state, refused(plan, run), [], plan, self.settings, run, finished)
         said = said or listening(state, run, finished)
         stopped = streams_stopped()  # its model streams end at the cut, on a thread too
         try:
@@ -433,7 +412,7 @@ class NodeStep:
     ) -> tuple[Plan, StepResult[Any]] | None:
         """An unbounded node that did not complete: planned now, dated from `started`, and
         recorded by the one rule (`settle`). None: `exc` goes on up."""
-        plan = self._plan(config, run, None, sync=sync, started=started)
+        plan = self.step.plan(run=run, attempt=node_attempt(config), sync=sync, started=started)
         result = settle(exc, plan, run, passthrough=PASSTHROUGH)
         return None if result is None else (plan, result)
 

@@ -26,8 +26,7 @@ from langgraph.types import Command
 
 from .._core.context import pop_step, push_step
 from .._core.deadline import Deadline
-from .._core.plan import Plan, RunTracker, plan_step, run_from_config
-from .._core.record import record_child
+from .._core.plan import Plan, RunTracker, Step, run_from_config
 from .._core.records import StepRecord, StepStatus
 from .._core.rules import StepRule
 from .._core.run import StepResult, run_async, run_sync
@@ -77,8 +76,7 @@ def capped_per_call(node: ToolNode, cap: float | StepRule) -> ToolNode:
 def _plan(request: ToolCallRequest, cap: float | StepRule, *, sync: bool) -> Plan:
     """The call's budget: `min(cap, what the node has left)` (the node's deadline is in context,
     the run's reserve already held back from it)."""
-    name = request.tool_call["name"]
-    return plan_step(name, "tool", cap=cap, min_viable=0.0, run=_run(request), sync=sync)
+    return Step(request.tool_call["name"], "tool", cap).plan(run=_run(request), sync=sync)
 
 
 def _run(request: ToolCallRequest) -> RunTracker | None:
@@ -100,8 +98,6 @@ def _sync_call(request: ToolCallRequest, inner: Execute, cap: float | StepRule) 
             return inner(request)
         finally:
             pop_step(token)
-    if plan.skip:
-        return _skipped(request, plan)
     result = run_sync(plan, lambda: inner(request), run=_run(request), passthrough=PASSTHROUGH)
     return _answer(request, plan, result)
 
@@ -117,17 +113,9 @@ async def _async_call(request: ToolCallRequest, inner: AExecute, cap: float | St
             return await inner(request)
         finally:
             pop_step(token)
-    if plan.skip:
-        return _skipped(request, plan)
     run = _run(request)
     result = await run_async(plan, lambda: inner(request), run=run, passthrough=PASSTHROUGH)
     return _answer(request, plan, result)
-
-
-def _skipped(request: ToolCallRequest, plan: Plan) -> ToolMessage:
-    record = plan.record(StepStatus.SKIPPED)
-    record_child(record, _run(request))
-    return _timed_out(request, plan, record)
 
 
 def _cap_deadline(plan: Plan) -> Deadline:
@@ -137,12 +125,13 @@ def _cap_deadline(plan: Plan) -> Deadline:
 
 
 def _answer(request: ToolCallRequest, plan: Plan, result: StepResult[Result]) -> Result:
-    """What the call returns: its own answer, the timeout message past its cap, or its error
-    (raised: the node's `handle_tool_errors` decides, as without a cap)."""
+    """What the call returns: its own answer, the timeout message past its cap (or when it
+    could not start), or its error (raised: the node's `handle_tool_errors` decides, as
+    without a cap)."""
     if result.status is StepStatus.COMPLETED:
         assert result.value is not None
         return result.value
-    if result.status.cut:
+    if result.status.ran_out:
         return _timed_out(request, plan, result.record)
     assert result.error is not None
     raise result.error

@@ -95,8 +95,9 @@ def hedged(result: StepResult[Any], tries: Tries, copies: Copies) -> StepResult[
 
 
 def is_timeout(result: StepResult[Any]) -> bool:
-    """The call ran out of time: cut at its budget, or stopped by a `DeadlineExceeded`."""
-    return result.status.cut or isinstance(result.error, DeadlineExceeded)
+    """The call ran out of time: cut at its budget, not started for lack of it, or stopped by a
+    `DeadlineExceeded`."""
+    return result.status.ran_out or isinstance(result.error, DeadlineExceeded)
 
 
 def is_transport(result: StepResult[Any]) -> bool:

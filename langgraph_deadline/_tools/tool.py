@@ -18,7 +18,7 @@ from pydantic import ConfigDict, InstanceOf, PrivateAttr
 
 from .._core.errors import DeadlineExceeded
 from .._core.moved import renamed_property
-from .._core.plan import Plan, plan_step, run_from_config
+from .._core.plan import Plan, Step, run_from_config
 from .._core.record import record_child
 from .._core.records import StepStatus
 from .._core.rules import StepRule
@@ -161,9 +161,7 @@ class DeadlineTool(BaseTool):
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         cfg = ensure_config(config)
         run = run_from_config(cfg)
-        plan = self._plan(cfg, sync=True)
-        if plan.skip:
-            return self._ran_out(input, cfg, plan, StepResult(plan.record(StepStatus.SKIPPED)))
+        plan = self._step.plan(run=run, sync=True)
         tries = policy.Tries()
         call_cfg = self._call_config(input, cfg)
 
@@ -188,11 +186,7 @@ class DeadlineTool(BaseTool):
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         cfg = ensure_config(config)
         run = run_from_config(cfg)
-        plan = self._plan(cfg, sync=getattr(self.inner, "coroutine", True) is None)
-        if plan.skip:
-            return await self._aran_out(
-                input, cfg, plan, StepResult(plan.record(StepStatus.SKIPPED))
-            )
+        plan = self._step.plan(run=run, sync=getattr(self.inner, "coroutine", True) is None)
         tries, copies = policy.Tries(), Copies()
         call_cfg = self._call_config(input, cfg)
 
@@ -228,16 +222,10 @@ class DeadlineTool(BaseTool):
         assert result.error is not None
         raise result.error
 
-    def _plan(self, cfg: RunnableConfig, *, sync: bool) -> Plan:
-        return plan_step(
-            self.name,
-            "tool",
-            cap=self.options.cap,
-            min_viable=self.options.min_viable,
-            run=run_from_config(cfg),
-            sync=sync,
-            idle_cap=self.options.idle_cap,
-        )
+    @property
+    def _step(self) -> Step:
+        opts = self.options
+        return Step(self.name, "tool", opts.cap, opts.min_viable, idle_cap=opts.idle_cap)
 
     # -- retries and side effects (the rules are in `policy`) ------------------------------------
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from langgraph_deadline import Deadline, deadline_scope
-from langgraph_deadline._core.plan import HANDOFF, RunTracker, plan_step
+from langgraph_deadline._core.plan import HANDOFF, RunTracker, Step, plan_step, step_budget
 from langgraph_deadline.testing import ManualClock
 from langgraph_deadline.types import StepStatus
 
@@ -66,3 +68,50 @@ def test_the_budget_never_exceeds_the_cap_or_what_is_left_less_the_reserve(
     assert plan.budget <= max(0.0, left - reserve) + 1e-9
     if cap is not None:
         assert plan.budget <= cap
+
+
+_SECONDS = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)
+
+
+@given(cap=st.one_of(st.none(), _SECONDS), left=st.one_of(st.none(), st.floats(-1e6, 1e6)))
+def test_the_budget_rule_is_min_of_cap_and_left_and_never_negative(
+    cap: float | None, left: float | None
+) -> None:
+    budget = step_budget(cap, left)
+    if left is None:
+        assert budget == cap
+        return
+    assert budget is not None and budget >= 0.0
+    assert budget <= max(0.0, left)
+    if cap is not None:
+        assert budget <= cap
+        if cap <= left:
+            assert budget == cap  # its own cap: not shortened
+
+
+@given(
+    total=st.floats(min_value=0.0, max_value=100.0),
+    reserve=st.floats(min_value=0.0, max_value=10.0),
+    caps=st.lists(st.one_of(st.none(), st.floats(min_value=0.0, max_value=100.0)), max_size=6),
+    kinds=st.sampled_from(["node", "tool", "model", "http"]),
+)
+def test_a_deadline_only_ever_gets_earlier_as_steps_nest(
+    total: float, reserve: float, caps: list[float | None], kinds: str
+) -> None:
+    # A run's steps nested as a graph nests them (a node, a tool inside it, its HTTP request):
+    # each planned inside the one before, no step's deadline is later than its enclosing one's.
+    clock = ManualClock()
+    run = RunTracker(deadline=Deadline.after(total, clock=clock), reserve=reserve)
+    assert run.deadline is not None
+    enclosing = run.deadline
+    with contextlib.ExitStack() as nested:
+        for depth, cap in enumerate(caps):
+            plan = Step(f"s{depth}", kinds, cap).plan(run=run)  # type: ignore[arg-type]
+            ends = plan.step_deadline()
+            assert ends is not None and plan.budget is not None
+            assert ends.remaining() <= enclosing.remaining() + 1e-9
+            assert plan.budget <= max(0.0, enclosing.remaining()) + 1e-9
+            if plan.skip:
+                break
+            nested.enter_context(deadline_scope(ends))
+            enclosing = ends

@@ -186,8 +186,8 @@ def test_deadline_tools_take_a_learned_default_per_tool_name() -> None:
 
     ta, tb = deadline_tools([a, b], default_cap=rule)
     with deadline_scope(10.0):
-        assert ta._plan({}, sync=True).budget == pytest.approx(0.2, rel=0.02)
-        assert tb._plan({}, sync=True).budget == 3.0  # cold: the user's cap
+        assert ta._step.plan(sync=True).budget == pytest.approx(0.2, rel=0.02)
+        assert tb._step.plan(sync=True).budget == 3.0  # cold: the user's cap
 
 
 class S(DeadlineState, total=False):
