@@ -7,9 +7,10 @@ import time
 import anyio
 import pytest
 
-from langgraph_deadline import DeadlineExceeded
-from langgraph_deadline._core.plan import plan_step
+from langgraph_deadline import Deadline, DeadlineExceeded
+from langgraph_deadline._core.plan import RunTracker, Step, plan_step
 from langgraph_deadline._core.run import run_async, run_sync
+from langgraph_deadline.testing import ManualClock
 from langgraph_deadline.types import StepStatus
 
 
@@ -109,3 +110,30 @@ def test_off_asyncio_a_step_is_cut_at_its_budget_too() -> None:
     t0 = time.monotonic()
     assert anyio.run(main, backend="trio") is StepStatus.TIMED_OUT
     assert time.monotonic() - t0 < 2.0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("commit", [True, False], ids=["recorded", "left-to-the-caller"])
+async def test_a_plan_below_what_its_step_needs_is_refused_and_its_body_never_runs(
+    commit: bool,
+) -> None:
+    clock = ManualClock()
+    run = RunTracker(deadline=Deadline.after(0.3, clock=clock))
+    plan = Step("s", "tool", min_viable=1.0).plan(run=run)
+    assert plan.skip
+    ran: list[str] = []
+
+    async def body() -> None:
+        ran.append("async")
+
+    def sync_body() -> None:
+        ran.append("sync")
+
+    refused = [
+        await run_async(plan, body, run=run, commit=commit, passthrough=PASS),
+        run_sync(plan, sync_body, run=run, commit=commit, passthrough=PASS),
+    ]
+    assert ran == []
+    assert [r.status for r in refused] == [StepStatus.SKIPPED] * 2
+    assert all(r.error is None and r.status.ran_out and not r.status.cut for r in refused)
+    assert run.records == ([r.record for r in refused] if commit else [])
