@@ -123,8 +123,10 @@ def ended(
     rec = result.record
     err = result.error
     inner = err.step if isinstance(err, DeadlineExceeded) and not result.status.cut else None
-    if rec.cancel_source == "run_deadline" and (last := cut_inside(children)) is not None:
-        inner, reason = last.name, reason or last.ran_out_reason()  # its cut came second
+    if rec.cancel_source == "run_deadline":  # where the time ran out, if its cut came second
+        last = cut_inside(children) or _node_inside(rec, run)
+        if last is not None:
+            inner, reason = last.name, reason or last.ran_out_reason()
     if reason is None:
         reason = rec.ran_out_reason()
     elapsed = None if run is None else round((time.monotonic() - run.started) * 1000.0, 3)
@@ -164,6 +166,21 @@ def ended(
         update["deadline_trace"] = [*children, rec]
         update["deadline"] = RUN_OVER  # the next run's deadline replaces this one
     return update or None
+
+
+def _node_inside(record: StepRecord, run: RunTracker | None) -> StepRecord | None:
+    """A node run inside this one (a `@task` its entrypoint awaits) still in flight past its
+    own deadline when this one was cut at the run's: the run ran out in it. Its cut is due a
+    hand-off before this one's; on a busy loop both are due at once and this one's may be
+    handled first. (What it would say of itself; it records its own end as it closes.)"""
+    if run is None:
+        return None
+    link = record.link
+    for plan in run.in_flight.values():
+        ends = plan.ends
+        if plan.kind == "node" and plan.parent == link and ends is not None and ends.expired:
+            return plan.record(StepStatus.TIMED_OUT, cancel_source="run_deadline")
+    return None
 
 
 def finish(

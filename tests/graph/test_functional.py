@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from langgraph.cache.memory import InMemoryCache
@@ -161,6 +162,40 @@ async def test_a_hanging_async_task_is_cut_and_its_socket_closed(
     assert caught.value.outcome.terminal is Terminal.DEADLINE_EXCEEDED
     assert caught.value.outcome.step == "fetch"
     assert caught.value.state is None  # an entrypoint has no state
+    assert slow_server.wait_disconnected(2.0), "the server never saw the client go away"
+    assert [(r.name, r.kind, r.status) for r in steps if r.name == "fetch"] == [
+        ("fetch", "node", StepStatus.TIMED_OUT)
+    ]
+
+
+@pytest.mark.anyio
+async def test_on_a_busy_loop_the_outcome_still_names_the_task_where_the_time_ran_out(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    # The loop is held across the deadline: the task's cut (a hand-off before its
+    # entrypoint's) and the entrypoint's are due together, and the entrypoint's is handled first.
+    @task
+    async def fetch(delay: float) -> str:
+        async with httpx.AsyncClient() as client:
+            return (await client.get(slow_server.url(f"/slow?delay={delay}"))).text
+
+    @entrypoint()
+    async def main(delay: float) -> str:
+        return await fetch(delay)
+
+    graph = with_deadlines(main, timeout=0.6)
+
+    async def hold_the_loop() -> None:
+        await anyio.sleep(0.45)
+        time.sleep(0.3)  # noqa: ASYNC251  (holds the loop over both cuts)
+
+    holding = asyncio.ensure_future(hold_the_loop())
+    with pytest.raises(DeadlineExceeded) as caught:
+        await graph.ainvoke(5.0)
+    await holding
+    assert caught.value.outcome is not None
+    assert caught.value.outcome.step == "fetch"
+    assert "fetch" in caught.value.outcome.reason
     assert slow_server.wait_disconnected(2.0), "the server never saw the client go away"
     assert [(r.name, r.kind, r.status) for r in steps if r.name == "fetch"] == [
         ("fetch", "node", StepStatus.TIMED_OUT)
