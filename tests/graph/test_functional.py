@@ -141,10 +141,9 @@ def test_what_is_not_a_graph_or_an_entrypoint_is_refused() -> None:
 # -- each task call is a step under the run's deadline ---------------------------------------------
 
 
-@pytest.mark.anyio
-async def test_a_hanging_async_task_is_cut_and_its_socket_closed(
-    slow_server: SlowServer, steps: list[StepRecord]
-) -> None:
+def _fetching(slow_server: SlowServer) -> Any:
+    """An entrypoint whose `@task` fetches from `slow_server` (`/slow?delay=`), 0.6 s to run."""
+
     @task
     async def fetch(delay: float) -> str:
         async with httpx.AsyncClient() as client:
@@ -154,7 +153,14 @@ async def test_a_hanging_async_task_is_cut_and_its_socket_closed(
     async def main(delay: float) -> str:
         return await fetch(delay)
 
-    graph = with_deadlines(main, timeout=0.6)
+    return with_deadlines(main, timeout=0.6)
+
+
+@pytest.mark.anyio
+async def test_a_hanging_async_task_is_cut_and_its_socket_closed(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    graph = _fetching(slow_server)
     t0 = time.monotonic()
     with pytest.raises(DeadlineExceeded) as caught:
         await graph.ainvoke(5.0)
@@ -174,16 +180,7 @@ async def test_on_a_busy_loop_the_outcome_still_names_the_task_where_the_time_ra
 ) -> None:
     # The loop is held across the deadline: the task's cut (a hand-off before its
     # entrypoint's) and the entrypoint's are due together, and the entrypoint's is handled first.
-    @task
-    async def fetch(delay: float) -> str:
-        async with httpx.AsyncClient() as client:
-            return (await client.get(slow_server.url(f"/slow?delay={delay}"))).text
-
-    @entrypoint()
-    async def main(delay: float) -> str:
-        return await fetch(delay)
-
-    graph = with_deadlines(main, timeout=0.6)
+    graph = _fetching(slow_server)
 
     async def hold_the_loop() -> None:
         await anyio.sleep(0.45)
