@@ -186,8 +186,9 @@ def deadline_tool(
     `retry_on` (as in `retry(on=...)`) retries failed attempts up to `attempts` times, inside
     the same budget: no attempt or backoff starts that cannot fit. A `side_effect=True` tool
     (one that changes the world) is not retried once its request may have left, unless it has
-    an `idempotency_key` (a function of its arguments; the key reaches the tool as
-    `config["metadata"]["idempotency_key"]`); its record says whether a side effect started.
+    an `idempotency_key` (a function of its arguments, called once at the call's first
+    attempt; the key reaches the tool as `config["metadata"]["idempotency_key"]`); its record
+    says whether a side effect started.
 
     Raises:
         ValueError, TypeError: bad numbers, `min_viable` above `cap`, both `cap` and `timeout`,

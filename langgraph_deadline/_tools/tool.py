@@ -167,7 +167,7 @@ class DeadlineTool(BaseTool):
 
         def once() -> Any:
             tries.started += 1
-            return self.inner.invoke(input, call_cfg, **kwargs)
+            return self.inner.invoke(input, call_cfg(), **kwargs)
 
         result = self._account(
             run_sync(plan, self._retrying(once), run=run, commit=False, passthrough=PASSTHROUGH),
@@ -191,12 +191,12 @@ class DeadlineTool(BaseTool):
         call_cfg = self._call_config(input, cfg)
 
         async def copy() -> Any:
-            return await self._racer().ainvoke(input, call_cfg, **kwargs)
+            return await self._racer().ainvoke(input, call_cfg(), **kwargs)
 
         async def once() -> Any:
             tries.started += 1
             if self.options.hedge is None:
-                return await self.inner.ainvoke(input, call_cfg, **kwargs)
+                return await self.inner.ainvoke(input, call_cfg(), **kwargs)
             return await self._race(copy, copies)
 
         def account(result: StepResult[Any]) -> StepResult[Any]:
@@ -229,11 +229,20 @@ class DeadlineTool(BaseTool):
 
     # -- retries and side effects (the rules are in `policy`) ------------------------------------
 
-    def _call_config(self, input: Any, cfg: RunnableConfig) -> RunnableConfig:
+    def _call_config(self, input: Any, cfg: RunnableConfig) -> Callable[[], RunnableConfig]:
+        """The config every try and copy of this call runs with. The idempotency key is made at
+        the first try, once: a refused call never calls the user's key function."""
         key = self.options.idempotency_key
         if key is None:
-            return cfg
-        return policy.call_config(cfg, key(stale.visible_args(self.inner, input)))
+            return lambda: cfg
+        made: list[RunnableConfig] = []
+
+        def keyed() -> RunnableConfig:
+            if not made:
+                made.append(policy.call_config(cfg, key(stale.visible_args(self.inner, input))))
+            return made[0]
+
+        return keyed
 
     def _retrying(self, once: Callable[[], Any]) -> Callable[[], Any]:
         opts = self.options

@@ -15,6 +15,7 @@ from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
     StepRecord,
+    deadline_scope,
     deadline_tool,
     with_deadlines,
 )
@@ -71,6 +72,35 @@ def test_a_write_tool_with_an_idempotency_key_is_retried_with_the_same_key(
         refund.invoke({"order_id": "42"})
     assert len(slow_server.requests) == 3
     assert {r.query["key"] for r in slow_server.requests} == {"refund-42"}
+
+
+def test_the_idempotency_key_is_made_once_for_every_try_of_a_call(slow_server: SlowServer) -> None:
+    made: list[str] = []
+
+    def key(args: dict[str, Any]) -> str:  # a key drawn afresh each time, as uuid4() would be
+        made.append(f"refund-{args['order_id']}-{len(made)}")
+        return made[-1]
+
+    refund = _post_tool(slow_server, attempts=3, idempotency_key=key)
+    with pytest.raises(httpx.HTTPStatusError):
+        refund.invoke({"order_id": "42"})
+    assert len(slow_server.requests) == 3
+    assert made == ["refund-42-0"]
+    assert {r.query["key"] for r in slow_server.requests} == {"refund-42-0"}
+
+
+@pytest.mark.anyio
+async def test_a_refused_call_never_calls_the_idempotency_key_function(
+    slow_server: SlowServer,
+) -> None:
+    made: list[Any] = []
+    refund = _post_tool(slow_server, idempotency_key=made.append, min_viable=1.0)
+    async with deadline_scope(0.5):
+        msg = await refund.ainvoke(
+            {"type": "tool_call", "id": "c", "name": "refund", "args": {"order_id": "42"}}
+        )
+    assert msg.artifact["langgraph_deadline"]["status"] == "skipped"
+    assert made == [] and slow_server.requests == []
 
 
 def test_a_read_tool_retries_within_its_budget(slow_server: SlowServer) -> None:
