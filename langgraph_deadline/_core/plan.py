@@ -3,7 +3,7 @@
 
 - `RunTracker`: the run's bookkeeping, shared by every step of one run and carried in its config
   (`run_from_config`): its deadline and reserve, its records, the plans of the steps in flight.
-- `Step`, `Plan`, `plan_step`: a step by its name and limits, and its budget against every
+- `Step`, `Plan`: a step by its name and limits, and its budget against every
   deadline it knows (the one in state, the one in context, the run's).
 - `run_step_end`, `RunAlarm`: the one instant the run's clamped steps end at, and the one timer
   for it (below).
@@ -42,7 +42,6 @@ __all__ = [
     "Step",
     "current_parent",
     "new_run_id",
-    "plan_step",
     "run_from_config",
     "run_step_end",
     "step_budget",
@@ -306,141 +305,115 @@ class Step:
         sync: bool = False,
         started: float | None = None,
     ) -> Plan:
-        """Its budget now, against every deadline it knows (`plan_step`)."""
-        return plan_step(
-            self.name,
-            self.kind,
-            cap=self.cap,
-            min_viable=self.min_viable,
-            reserve=self.reserve,
-            deadline=deadline,
+        """Its budget now: `min(cap, remaining - reserve)` against every known deadline.
+
+        The deadline is the earliest of the one given (from state), the one in context and the
+        run's. The run's reserve is held back from the run's own deadline (state or tracker)
+        only: a deadline in context inside a step is that step's budget, from which it was
+        already held back, and is not cut twice. An explicit `reserve` is held back from all of
+        them. `started` (a `time.monotonic()` reading) dates a plan made after the step began.
+
+        A `StepRule` (a learned cap or min_viable, `_learn/`) is asked for its numbers here, once:
+        the cap (at most the user's), the min_viable (at most the cap: a step given its whole cap
+        always starts), and the time to keep back for the steps named to follow it.
+
+        `idle_cap` (seconds, or a rule) is the longest gap with no progress before the step is cut
+        as stalled; a learned one is never above the step's cap, and while cold the step is only
+        watched (`Plan.idle` inf) so that its gaps are learned.
+        """
+        name, kind, cap, min_viable = self.name, self.kind, self.cap, self.min_viable
+        reserve, idle_cap = self.reserve, self.idle_cap
+        rule = viable = None
+        held = within = 0.0
+        inside = None
+        if isinstance(cap, StepRule):
+            rule = cap
+            cap = rule.cap(kind, name)
+        if isinstance(min_viable, StepRule):
+            viable = min_viable
+            min_viable = viable.min_viable(kind, name)
+            if cap is not None and min_viable > cap:
+                min_viable = cap
+        ctx = current_deadline()
+        run_deadline = run.deadline if run is not None else None
+        own = run_deadline if deadline is None else deadline.earliest(run_deadline)
+        d = ctx if own is None else own.earliest(ctx)
+        now = time.monotonic()
+        if started is None:
+            started = now
+        started_at = time.time() - (now - started)
+        if d is None:
+            left = None
+            budget = step_budget(cap, None)
+            ends = None if cap is None else Deadline._after(cap, SYSTEM_CLOCK)
+        else:
+            clock = d.clock
+            if clock is not SYSTEM_CLOCK:
+                now = clock.monotonic()
+            left = max(0.0, d._mono - now)
+            shared = False  # the run's own deadline sets this budget (see `run_step_end`)
+            if reserve is not None:
+                budget = left - reserve
+            else:
+                budget = None
+                if own is not None:
+                    budget = own._mono - now - (run.reserve if run else 0.0)
+                shared = run is not None and own is run.deadline
+                if ctx is not None:
+                    from_ctx = ctx._mono - now
+                    if budget is None or from_ctx < budget:
+                        budget, shared = from_ctx, False
+            assert budget is not None
+            if rule is not None and (held := rule.keep_back(kind, name, budget)) > 0.0:
+                budget, shared = budget - held, False
+            elif rule is not None:
+                within = rule.keep_back_inside(kind, name, budget)
+            if cap is not None and cap <= budget:  # its cap sets it: nothing is kept back for later
+                shared, held, within = False, 0.0, 0.0
+            budget = step_budget(cap, budget)
+            if shared and budget > 0.0:
+                assert run is not None
+                ends = run_step_end(run)
+            else:
+                ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
+            if held > 0.0 and budget > HANDOFF_BETWEEN:
+                inside = ends._moved(-HANDOFF_BETWEEN)
+            elif within > 0.0:
+                inside = ends._moved(-(within + HANDOFF_BETWEEN))
+        note = None
+        if viable is not None and budget is not None and 0.0 < budget < min_viable:
+            note = viable.refusal(kind, name, budget)
+        elif held > 0.0 or within > 0.0:
+            assert rule is not None
+            note = rule.held_for(held) if held > 0.0 else rule.held_for(within) + ", by its steps"
+        idle = None
+        if isinstance(idle_cap, StepRule):
+            idle = idle_cap.idle_cap(kind, name)
+            idle = math.inf if idle is None else idle
+        elif idle_cap is not None:
+            idle = idle_cap
+        if idle is not None and cap is not None and idle > cap:
+            idle = cap
+        return Plan(
+            name=name,
+            kind=kind,
             attempt=attempt,
-            run=run,
-            sync=sync,
+            deadline=d,
+            remaining=left,
+            cap=cap,
+            budget=budget,
+            min_viable=min_viable,
             started=started,
-            idle_cap=self.idle_cap,
+            sync=sync,
+            started_at=started_at,
+            ends=ends,
+            note=note,
+            held=held,
+            parent=current_parent(),
+            inside=inside,
+            within=within,
+            idle=idle,
         )
-
-
-def plan_step(
-    name: str,
-    kind: StepKind,
-    *,
-    cap: float | StepRule | None,
-    min_viable: float | StepRule,
-    reserve: float | None = None,
-    deadline: Deadline | None = None,
-    attempt: int = 1,
-    run: RunTracker | None = None,
-    sync: bool = False,
-    started: float | None = None,
-    idle_cap: float | StepRule | None = None,
-) -> Plan:
-    """Decide a step's budget now: `min(cap, remaining - reserve)` against every known deadline.
-
-    The deadline is the earliest of the one given (from state), the one in context and the run's.
-    The run's reserve is held back from the run's own deadline (state or tracker) only: a
-    deadline in context inside a step is that step's budget, from which it was already held
-    back, and is not cut twice. An explicit `reserve` is held back from all of them.
-    `started` (a `time.monotonic()` reading) dates a plan made after the step began.
-
-    A `StepRule` (a learned cap or min_viable, `_learn/`) is asked for its numbers here, once:
-    the cap (at most the user's), the min_viable (at most the cap: a step given its whole cap
-    always starts), and the time to keep back for the steps named to follow it.
-
-    `idle_cap` (seconds, or a rule) is the longest gap with no progress before the step is cut
-    as stalled; a learned one is never above the step's cap, and while cold the step is only
-    watched (`Plan.idle` inf) so that its gaps are learned.
-    """
-    rule = viable = None
-    held = within = 0.0
-    inside = None
-    if isinstance(cap, StepRule):
-        rule = cap
-        cap = rule.cap(kind, name)
-    if isinstance(min_viable, StepRule):
-        viable = min_viable
-        min_viable = viable.min_viable(kind, name)
-        if cap is not None and min_viable > cap:
-            min_viable = cap
-    ctx = current_deadline()
-    run_deadline = run.deadline if run is not None else None
-    own = run_deadline if deadline is None else deadline.earliest(run_deadline)
-    d = ctx if own is None else own.earliest(ctx)
-    now = time.monotonic()
-    if started is None:
-        started = now
-    started_at = time.time() - (now - started)
-    if d is None:
-        left = None
-        budget = step_budget(cap, None)
-        ends = None if cap is None else Deadline._after(cap, SYSTEM_CLOCK)
-    else:
-        clock = d.clock
-        if clock is not SYSTEM_CLOCK:
-            now = clock.monotonic()
-        left = max(0.0, d._mono - now)
-        shared = False  # the run's own deadline sets this budget (see `run_step_end`)
-        if reserve is not None:
-            budget = left - reserve
-        else:
-            budget = (own._mono - now - (run.reserve if run else 0.0)) if own is not None else None
-            shared = run is not None and own is run.deadline
-            if ctx is not None:
-                from_ctx = ctx._mono - now
-                if budget is None or from_ctx < budget:
-                    budget, shared = from_ctx, False
-        assert budget is not None
-        if rule is not None and (held := rule.keep_back(kind, name, budget)) > 0.0:
-            budget, shared = budget - held, False
-        elif rule is not None:
-            within = rule.keep_back_inside(kind, name, budget)
-        if cap is not None and cap <= budget:  # its cap sets it: nothing is kept back for later
-            shared, held, within = False, 0.0, 0.0
-        budget = step_budget(cap, budget)
-        if shared and budget > 0.0:
-            assert run is not None
-            ends = run_step_end(run)
-        else:
-            ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
-        if held > 0.0 and budget > HANDOFF_BETWEEN:
-            inside = ends._moved(-HANDOFF_BETWEEN)
-        elif within > 0.0:
-            inside = ends._moved(-(within + HANDOFF_BETWEEN))
-    note = None
-    if viable is not None and budget is not None and 0.0 < budget < min_viable:
-        note = viable.refusal(kind, name, budget)
-    elif held > 0.0 or within > 0.0:
-        assert rule is not None
-        note = rule.held_for(held) if held > 0.0 else rule.held_for(within) + ", by its steps"
-    idle = None
-    if isinstance(idle_cap, StepRule):
-        idle = idle_cap.idle_cap(kind, name)
-        idle = math.inf if idle is None else idle
-    elif idle_cap is not None:
-        idle = idle_cap
-    if idle is not None and cap is not None and idle > cap:
-        idle = cap
-    return Plan(
-        name=name,
-        kind=kind,
-        attempt=attempt,
-        deadline=d,
-        remaining=left,
-        cap=cap,
-        budget=budget,
-        min_viable=min_viable,
-        started=started,
-        sync=sync,
-        started_at=started_at,
-        ends=ends,
-        note=note,
-        held=held,
-        parent=current_parent(),
-        inside=inside,
-        within=within,
-        idle=idle,
-    )
 
 
 # -- the run's one timer --------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """`StepRule`: a cap or min_viable decided when a step is planned, not when it is configured.
 
 The core knows only this shape; what decides the numbers (a latency book, `_learn/`) lives in a
-layer of its own and is handed to the settings as a value. `plan_step` asks a rule for the
+layer of its own and is handed to the settings as a value. `Step.plan` asks a rule for the
 step's cap, for its min_viable and for the time to keep back for the steps that must follow,
 once per planning; a rule answers from numbers it keeps (cheap), never from the graph.
 """
@@ -29,7 +29,7 @@ class Timings(Protocol):
 class StepRule:
     """A cap and min_viable learned while running; subclassed by `_learn.Learned`.
 
-    A plain class (not a Protocol or an ABC): `plan_step` tells a rule from a number with one
+    A plain class (not a Protocol or an ABC): `Step.plan` tells a rule from a number with one
     `isinstance`, on every step.
     """
 

@@ -1,4 +1,4 @@
-"""A step's budget, decided once when it starts (`plan_step`), on a manual clock."""
+"""A step's budget, decided once when it starts (`Step.plan`), on a manual clock."""
 
 from __future__ import annotations
 
@@ -9,26 +9,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from langgraph_deadline import Deadline, deadline_scope
-from langgraph_deadline._core.plan import HANDOFF, RunTracker, Step, plan_step, step_budget
+from langgraph_deadline._core.plan import HANDOFF, RunTracker, Step, step_budget
 from langgraph_deadline.testing import ManualClock
 from langgraph_deadline.types import StepStatus
 
 
 def test_no_deadline_and_no_cap_means_no_budget() -> None:
-    plan = plan_step("s", "node", cap=None, min_viable=0.0)
+    plan = Step("s", "node").plan()
     assert plan.budget is None and not plan.skip and not plan.clamped
     assert plan.step_deadline() is None
 
 
 def test_a_cap_alone_is_the_budget_and_is_not_shortened() -> None:
-    plan = plan_step("s", "tool", cap=2.0, min_viable=0.5)
+    plan = Step("s", "tool", 2.0, 0.5).plan()
     assert plan.budget == 2.0 and not plan.clamped and not plan.skip
 
 
 def test_the_deadline_clamps_the_cap_and_hands_over_early() -> None:
     clock = ManualClock()
     d = Deadline.after(1.0, clock=clock)
-    plan = plan_step("s", "node", cap=5.0, min_viable=0.0, deadline=d)
+    plan = Step("s", "node", 5.0).plan(deadline=d)
     assert plan.clamped
     assert plan.budget == pytest.approx(1.0 - HANDOFF)
     clock.advance(0.5)
@@ -38,16 +38,16 @@ def test_the_deadline_clamps_the_cap_and_hands_over_early() -> None:
 def test_the_runs_reserve_is_held_back_once() -> None:
     clock = ManualClock()
     run = RunTracker(deadline=Deadline.after(2.0, clock=clock), reserve=0.5)
-    plan = plan_step("s", "node", cap=None, min_viable=0.0, run=run)
+    plan = Step("s", "node").plan(run=run)
     assert plan.budget == pytest.approx(1.5 - HANDOFF)
     with deadline_scope(plan.step_deadline()):  # a step inside it: no second reserve
-        inner = plan_step("t", "tool", cap=None, min_viable=0.0, run=run)
+        inner = Step("t", "tool").plan(run=run)
     assert inner.budget == pytest.approx(plan.budget - HANDOFF, abs=1e-3)
 
 
 def test_below_min_viable_the_step_is_skipped_and_recorded_so() -> None:
     d = Deadline.after(0.2, clock=ManualClock())
-    plan = plan_step("s", "model", cap=None, min_viable=1.0, deadline=d)
+    plan = Step("s", "model", None, 1.0).plan(deadline=d)
     assert plan.skip
     record = plan.record(StepStatus.SKIPPED)
     assert record.status is StepStatus.SKIPPED and record.kind == "model"
@@ -63,7 +63,7 @@ def test_the_budget_never_exceeds_the_cap_or_what_is_left_less_the_reserve(
     left: float, cap: float | None, reserve: float
 ) -> None:
     d = Deadline.after(left, clock=ManualClock())
-    plan = plan_step("s", "node", cap=cap, min_viable=0.0, deadline=d, reserve=reserve)
+    plan = Step("s", "node", cap, reserve=reserve).plan(deadline=d)
     assert plan.budget is not None and plan.budget >= 0.0
     assert plan.budget <= max(0.0, left - reserve) + 1e-9
     if cap is not None:

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from langgraph_deadline import Deadline, DeadlineExceeded
-from langgraph_deadline._core.plan import RunTracker, Step, plan_step
+from langgraph_deadline._core.plan import RunTracker, Step
 from langgraph_deadline._core.run import run_async, run_sync
 from langgraph_deadline.testing import ManualClock
 from langgraph_deadline.types import StepStatus
@@ -23,7 +23,7 @@ PASS = (Bubble,)
 
 @pytest.mark.anyio
 async def test_an_async_step_in_time_completes_with_its_value() -> None:
-    plan = plan_step("s", "node", cap=1.0, min_viable=0.0)
+    plan = Step("s", "node", 1.0).plan()
 
     async def body() -> int:
         return 42
@@ -34,7 +34,7 @@ async def test_an_async_step_in_time_completes_with_its_value() -> None:
 
 @pytest.mark.anyio
 async def test_an_async_step_past_its_budget_is_cut_and_says_why() -> None:
-    plan = plan_step("s", "node", cap=0.1, min_viable=0.0)
+    plan = Step("s", "node", 0.1).plan()
     t0 = time.monotonic()
 
     async def body() -> None:
@@ -49,7 +49,7 @@ async def test_an_async_step_past_its_budget_is_cut_and_says_why() -> None:
 
 @pytest.mark.anyio
 async def test_a_steps_own_errors_are_returned_and_control_flow_passes_through() -> None:
-    plan = plan_step("s", "node", cap=1.0, min_viable=0.0)
+    plan = Step("s", "node", 1.0).plan()
 
     async def broken() -> None:
         raise ValueError("mine")
@@ -65,7 +65,7 @@ async def test_a_steps_own_errors_are_returned_and_control_flow_passes_through()
 
 
 def test_a_sync_step_past_its_budget_is_abandoned_and_the_caller_goes_on() -> None:
-    plan = plan_step("s", "node", cap=0.1, min_viable=0.0, sync=True)
+    plan = Step("s", "node", 0.1).plan(sync=True)
     t0 = time.monotonic()
     result = run_sync(plan, lambda: time.sleep(1.0), passthrough=PASS)
     assert time.monotonic() - t0 < 0.8
@@ -75,7 +75,7 @@ def test_a_sync_step_past_its_budget_is_abandoned_and_the_caller_goes_on() -> No
 def test_a_sync_step_that_stops_itself_at_its_budget_is_timed_out() -> None:
     from langgraph_deadline import check
 
-    plan = plan_step("s", "node", cap=0.1, min_viable=0.0, sync=True)
+    plan = Step("s", "node", 0.1).plan(sync=True)
 
     def cooperative() -> None:
         while True:
@@ -87,7 +87,7 @@ def test_a_sync_step_that_stops_itself_at_its_budget_is_timed_out() -> None:
 
 
 def test_a_sync_steps_control_flow_passes_through() -> None:
-    plan = plan_step("s", "node", cap=1.0, min_viable=0.0, sync=True)
+    plan = Step("s", "node", 1.0).plan(sync=True)
 
     def interrupted() -> None:
         raise Bubble
@@ -104,7 +104,7 @@ def test_off_asyncio_a_step_is_cut_at_its_budget_too() -> None:
         async def hang() -> None:
             await anyio.sleep(5)
 
-        plan = plan_step("s", "node", cap=0.05, min_viable=0.0)
+        plan = Step("s", "node", 0.05).plan()
         return (await run_async(plan, hang, passthrough=PASS)).status
 
     t0 = time.monotonic()

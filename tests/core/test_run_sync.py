@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from langgraph_deadline import Deadline, DeadlineExceeded, current_deadline
-from langgraph_deadline._core.plan import plan_step
+from langgraph_deadline._core.plan import Step
 from langgraph_deadline._core.run import run_sync
 from langgraph_deadline.types import StepStatus
 
@@ -16,7 +16,7 @@ _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_run_sync_var", 
 
 
 def test_the_body_runs_on_a_worker_with_the_callers_contextvars_and_its_budget() -> None:
-    plan = plan_step("s", "node", cap=5.0, min_viable=0.0, sync=True)
+    plan = Step("s", "node", 5.0).plan(sync=True)
     seen: dict[str, object] = {}
 
     def body() -> str:
@@ -37,7 +37,7 @@ def test_the_body_runs_on_a_worker_with_the_callers_contextvars_and_its_budget()
 
 
 def test_the_bodys_errors_are_returned_as_failed() -> None:
-    plan = plan_step("s", "node", cap=5.0, min_viable=0.0, sync=True)
+    plan = Step("s", "node", 5.0).plan(sync=True)
 
     def broken() -> None:
         raise ValueError("mine")
@@ -51,7 +51,7 @@ def test_the_bodys_errors_are_returned_as_failed() -> None:
 
 
 def test_a_base_exception_from_the_body_is_raised_in_the_caller() -> None:
-    plan = plan_step("s", "node", cap=5.0, min_viable=0.0, sync=True)
+    plan = Step("s", "node", 5.0).plan(sync=True)
 
     def exiting() -> None:
         raise SystemExit(3)

@@ -21,7 +21,7 @@ from langgraph_deadline import (
     deadline_tools,
     with_deadlines,
 )
-from langgraph_deadline._core.plan import plan_step
+from langgraph_deadline._core.plan import Step
 from langgraph_deadline.learn import LatencyBook, learned
 from langgraph_deadline.testing import SlowServer
 from langgraph_deadline.types import StepStatus
@@ -110,19 +110,19 @@ def test_a_learned_min_viable_refuses_a_step_unlikely_to_finish_and_says_so() ->
     book = _book("search", [0.5] * 97 + [0.05] * 3)
     rule = learned(book, min_samples=50, p_viable=0.05, cap=5.0)
     with deadline_scope(0.4):
-        plan = plan_step("search", "tool", cap=rule, min_viable=rule)
+        plan = Step("search", "tool", rule, rule).plan()
     assert plan.skip
     record = plan.record(StepStatus.SKIPPED)
     assert record.note is not None and "p(finish in 0.39 s) = 0.03" in record.note
     assert "100 samples" in record.ran_out_reason()
     with deadline_scope(2.0):
-        assert not plan_step("search", "tool", cap=rule, min_viable=rule).skip
+        assert not Step("search", "tool", rule, rule).plan().skip
 
 
 def test_a_step_given_its_whole_cap_is_never_refused() -> None:
     rule = learned(_book("search", [2.0] * 60), min_samples=50, cap=1.0)
     with deadline_scope(5.0):
-        plan = plan_step("search", "tool", cap=rule, min_viable=rule)
+        plan = Step("search", "tool", rule, rule).plan()
     assert plan.budget == 1.0 and not plan.skip
 
 
@@ -132,20 +132,18 @@ def test_then_keeps_back_the_time_of_the_steps_that_follow_when_it_fits() -> Non
         book.record("node", "answer", 1.0)
     rule = learned(book, min_samples=50, quantile=0.9, then=["answer"])
     with deadline_scope(3.0):
-        held = plan_step("search", "tool", cap=rule, min_viable=0.0)
+        held = Step("search", "tool", rule).plan()
     assert held.budget == pytest.approx(2.0, abs=0.05)  # 3 s less the answer's 1 s
     # the time kept back is the step's own limit, not the deadline's: cut there like at a cap
     assert held.held == pytest.approx(1.0, abs=0.05) and not held.clamped
     assert held.note is not None and held.note.endswith(" s for answer")
     with deadline_scope(2.0):  # 2 - 1 leaves search less than its median: nothing kept back
-        kept = plan_step("search", "tool", cap=rule, min_viable=0.0)
+        kept = Step("search", "tool", rule).plan()
     assert kept.budget == pytest.approx(2.0, abs=0.05)
     assert kept.held == 0.0 and kept.clamped and kept.note is None  # the deadline set it
     alone = learned(book, min_samples=50, quantile=0.9)
     with deadline_scope(3.0):
-        assert plan_step("search", "tool", cap=alone, min_viable=0.0).budget == pytest.approx(
-            2.25, rel=0.02
-        )
+        assert Step("search", "tool", alone).plan().budget == pytest.approx(2.25, rel=0.02)
 
 
 # -- on real steps ----------------------------------------------------------------------------
@@ -212,7 +210,7 @@ async def test_a_graph_learns_its_nodes_cap_from_its_own_runs(slow_server: SlowS
         rule = learned(book, min_samples=20, headroom=3.0)
         graph = with_deadlines(b, timeout=5.0, caps={"fetch": rule}, default_cap=4.0)
 
-        cold = plan_step("fetch", "node", cap=rule.bounded(4.0), min_viable=0.0)
+        cold = Step("fetch", "node", rule.bounded(4.0)).plan()
         assert cold.cap == 4.0
         for _ in range(20):
             out = await graph.ainvoke({"delay": 0.02})
@@ -281,7 +279,7 @@ def test_the_agent_middleware_takes_learned_tool_caps() -> None:
     middleware = DeadlineMiddleware(timeout=10, tool_caps={"lookup": rule}, default_tool_cap=rule)
     assert middleware.tool_caps["lookup"] is rule
     with deadline_scope(10.0):
-        plan = plan_step("lookup", "tool", cap=middleware.settings.tool_cap("lookup"), min_viable=0)
+        plan = Step("lookup", "tool", middleware.settings.tool_cap("lookup")).plan()
     assert plan.budget == pytest.approx(0.2, rel=0.02)
     with pytest.raises(TypeError, match=r"tool_caps\['lookup'\]"):
         DeadlineMiddleware(tool_caps={"lookup": "fast"})  # type: ignore[dict-item]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from langgraph_deadline import StepRecord, timeout_message
-from langgraph_deadline._core.plan import plan_step
+from langgraph_deadline._core.plan import Step
 from langgraph_deadline._core.timeouts import tool_facts
 from langgraph_deadline._graph.answers import answer, render, timeout_of
 from langgraph_deadline.types import StepStatus, ToolTimeout
@@ -77,7 +77,7 @@ def test_the_facts_of_a_call_are_built_from_its_record() -> None:
 
 
 def test_the_facts_of_a_planned_call_come_from_its_plan_and_record() -> None:
-    plan = plan_step("search", "tool", cap=2.0, min_viable=0.5)
+    plan = Step("search", "tool", 2.0, 0.5).plan()
     record = plan.record(StepStatus.ABANDONED)
     info = timeout_of("search", plan, record)
     assert (info.status, info.budget_s, info.min_viable_s) == (StepStatus.ABANDONED, 2.0, 0.5)
