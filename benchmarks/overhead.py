@@ -178,6 +178,10 @@ def _async_section(iterations: int, warmup: int) -> tuple[Table, dict[str, float
     layer = _layered(builder).compile()
     functions = linear_graph(budgeted(_async_node), NODES).compile()
     policy = _timeout_policy(linear_graph(_async_node, NODES)).compile()
+    # One node each: with the ten-node runs, what a node costs apart from the run's own entry.
+    bare_1 = linear_graph(_async_node, 1).compile()
+    wrapped_1 = with_deadlines(linear_graph(_async_node, 1), timeout=TIMEOUT)
+    policy_1 = _timeout_policy(linear_graph(_async_node, 1)).compile()
 
     def with_deadline_input() -> dict[str, Any]:
         return {**_fresh(), **deadline_input(TIMEOUT)}
@@ -200,6 +204,9 @@ def _async_section(iterations: int, warmup: int) -> tuple[Table, dict[str, float
             "layer": lambda: layer.ainvoke(_fresh()),
             "functions": lambda: functions.ainvoke(with_deadline_input()),
             "policy": lambda: policy.ainvoke(_fresh()),
+            "bare_1": lambda: bare_1.ainvoke(_fresh()),
+            "wrapped_1": lambda: wrapped_1.ainvoke(_fresh()),
+            "policy_1": lambda: policy_1.ainvoke(_fresh()),
         }
         return await _time_async(cases, iterations, warmup)
 
@@ -218,6 +225,8 @@ def _async_section(iterations: int, warmup: int) -> tuple[Table, dict[str, float
         samples,
         labels,
     )
+    for name in ("bare_1", "wrapped_1", "policy_1"):
+        medians[name] = median(samples[name])
     table.notes += [
         "ref rows split the cost. 'no deadline': every node wrapped; nothing bounds it, so it "
         "runs as bare (no plan, no timer, no record when it completes; it still answers the "
@@ -227,6 +236,9 @@ def _async_section(iterations: int, warmup: int) -> tuple[Table, dict[str, float
         "Runnable layer, no run-level backstop), deadline read from state. 'TimeoutPolicy': "
         "what a user would pick instead, LangGraph's own per-node timeout (one attempt of one "
         "node; no run deadline, no record).",
+        "bare, with_deadlines and TimeoutPolicy also run a one-node graph in the same turns: "
+        "with the ten-node runs they split each cost into what every node adds (the slope from "
+        "one node to ten) and what a run adds once (its entry, its end); see the figures.",
     ]
     return table, medians
 
@@ -273,6 +285,14 @@ def _per_node(medians: Mapping[str, float], name: str) -> float:
     return (medians[name] - medians["bare"]) / NODES
 
 
+def _split(medians: Mapping[str, float], name: str) -> tuple[float, float]:
+    """`name`'s cost above bare, split by the one-node runs beside the ten-node ones: µs per
+    node (the slope from one node to ten) and µs per run (the rest: the run's own entry)."""
+    one = medians[f"{name}_1"] - medians["bare_1"]
+    node = (medians[name] - medians["bare"] - one) / (NODES - 1)
+    return node, one - node
+
+
 def run(*, quick: bool) -> Section:
     """Measure async and sync overhead; `quick` takes fewer samples."""
     async_iterations, sync_iterations, warmup = (150, 100, 20) if quick else (1000, 600, 50)
@@ -287,6 +307,15 @@ def run(*, quick: bool) -> Section:
             "async wrapper cost per node",
             f"{_per_node(medians, 'wrapped'):.1f} µs, of which the Runnable layer alone "
             f"{_per_node(medians, 'layer'):.1f} µs",
+        ),
+        (
+            "async cost split by 1- and 10-node runs, with_deadlines / TimeoutPolicy",
+            "per node {:+.1f} / {:+.1f} µs, per run {:+.1f} / {:+.1f} µs".format(
+                _split(medians, "wrapped")[0],
+                _split(medians, "policy")[0],
+                _split(medians, "wrapped")[1],
+                _split(medians, "policy")[1],
+            ),
         ),
     ]
     section.checks += [

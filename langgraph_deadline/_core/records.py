@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import operator
 from collections.abc import Mapping
 from typing import Any, Final, Literal
@@ -174,8 +175,7 @@ class StepRecord(_PlainData):
         without its keyword arguments and frozen-dataclass assignments (every step makes one,
         on the hot path). The values are trusted: callers pass each field's type."""
         self = dict.__new__(cls)
-        for put, value in zip(_RECORD_SLOTS, values, strict=True):
-            put(self, value)
+        any(map(operator.call, _RECORD_SLOTS, itertools.repeat(self), values))  # (a loop in C)
         dict.update(self, zip(_RECORD_FIELDS, values, strict=True))
         dict.__setitem__(self, "status", values[_STATUS_AT].value)
         return self

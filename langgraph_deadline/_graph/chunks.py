@@ -36,6 +36,15 @@ def deadline_given(input: Any) -> Deadline | None:
 
 def note_chunk(run: RunTracker, chunk: Any, mode: Any) -> None:
     """Keep the latest full state seen in the stream, for a run that must end early."""
+    if type(chunk) is tuple and len(chunk) == 2 and type(mode) is not str:
+        # `(mode, payload)`: the two chunks of every step under LangGraph's `ainvoke`, first and
+        # in short (a pair under one mode is `(namespace, payload)`: noted the same way below)
+        kind, payload = chunk
+        if isinstance(payload, dict) and "__interrupt__" in payload:
+            run.interrupted = True
+        if kind == "values":
+            run.latest = payload
+        return
     last = chunk[-1] if isinstance(chunk, tuple) and chunk else chunk
     if isinstance(last, dict) and "__interrupt__" in last:
         run.interrupted = True
