@@ -1091,6 +1091,8 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             return await afinal_state(self, run, cfg, _IN_FLIGHT)
         if ran_out_at_the_end(run):
             return await afinal_state(self, run, cfg, None)
+        if not run.resumable:  # no thread to keep anything in
+            return self._completed(result, run)[0]
         await akeep_deadline(self, run, cfg)
         returned, done = self._completed(result, run)
         await akeep_end(self, run, cfg, done, result)

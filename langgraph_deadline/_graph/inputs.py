@@ -84,6 +84,8 @@ def as_update(value: Any) -> Any:
     defaulting to not None), so that it is read, checked and started like the same input given
     as a dict. Other values (a message for a messages-list state, a user's own model) are
     returned as they are: LangGraph reads them its own way."""
+    if type(value) is dict:  # the usual input, without asking pydantic's metaclass
+        return value
     if isinstance(value, DeadlineModel):
         fields = type(value).model_fields
         kept = value.model_fields_set
