@@ -31,7 +31,7 @@ def deadline_given(input: Any) -> Deadline | None:
     value = update.get("deadline")
     if isinstance(value, Overwrite):
         value = value.value
-    return deadline_from_state({"deadline": value})
+    return None if value is None else deadline_from_state({"deadline": value})
 
 
 def note_chunk(run: RunTracker, chunk: Any, mode: Any) -> None:

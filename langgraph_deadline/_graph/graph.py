@@ -37,6 +37,7 @@ from typing import Any, Final, Self, cast
 import anyio
 from langchain_core.messages import RemoveMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.runnables.graph import Graph
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphDrained
@@ -73,7 +74,7 @@ from .state import (
     RUN_OVER,
     TRACE_WINDOW,
     deadline_from_state,
-    fresh_run_update,
+    fresh_run_input,
     missing_records,
     traced,
 )
@@ -858,9 +859,15 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         limit = request_limit(cfg.get("configurable", {}), settings.timeout, settings.queue_time)
         input = entry_input(input, limit, fields=settings.has_fields)
         given = None if a_result(input) else deadline_given(input)
-        d = earliest(given, limit)  # a resume's joins the thread's: see `resume`
+        # (a resume's joins the thread's: see `resume`)
+        d = limit if given is None else given.earliest(limit)
         if settings.has_fields and isinstance(input, Mapping):  # a new run's input
-            input = {**input, **fresh_run_update(None if d is None else d.timestamp)}
+            empty = (  # no thread, and not run inside another graph (whose thread it would use)
+                self.checkpointer is None
+                and not cfg.get("configurable", {}).get("checkpoint_ns")
+                and var_child_runnable_config.get() is None
+            )
+            input = fresh_run_input(input, None if d is None else d.timestamp, empty=empty)
         run = RunTracker(
             deadline=d, reserve=settings.reserve, resumable=saved(self, cfg), origin=origin_of(cfg)
         )

@@ -31,7 +31,7 @@ from langgraph.types import Command, Overwrite
 
 from .._core.clock import SYSTEM_CLOCK
 from .._core.context import current_deadline
-from .._core.deadline import Deadline, earliest
+from .._core.deadline import Deadline
 from .._core.headers import WIRE, read
 from .._core.validate import check_timestamp
 from .forms import DeadlineDataclass, DeadlineModel
@@ -55,8 +55,10 @@ def ceiling(timeout: float | None, *, queued: float = 0.0) -> Deadline | None:
     """The latest deadline anything entering a run now may set: `timeout` (checked by
     `with_deadlines`) from now (less the `queued` seconds the run waited since its request
     arrived), and no later than the deadline in context; None for no limit."""
-    limit = None if timeout is None else Deadline._after(max(timeout - queued, 0.0), SYSTEM_CLOCK)
-    return earliest(limit, current_deadline())
+    ctx = current_deadline()
+    if timeout is None:
+        return ctx
+    return Deadline._after(max(timeout - queued, 0.0), SYSTEM_CLOCK).earliest(ctx)
 
 
 def _checked(value: Any, not_after: float | None, limit: float | None) -> Any:
@@ -251,4 +253,5 @@ def request_limit(
     """The latest deadline a run started now may have: `timeout` (from the request's arrival,
     with `queue_time`), the deadline in context, and the deadline headers in `configurable`."""
     queued = queued_for(configurable, queue_time)
-    return earliest(ceiling(timeout, queued=queued), _header_deadline(configurable, queued))
+    limit, sent = ceiling(timeout, queued=queued), _header_deadline(configurable, queued)
+    return sent if limit is None else limit.earliest(sent)
