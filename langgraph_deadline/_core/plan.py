@@ -394,25 +394,28 @@ class Step:
             idle = idle_cap
         if idle is not None and cap is not None and idle > cap:
             idle = cap
-        return Plan(
-            name=name,
-            kind=kind,
-            attempt=attempt,
-            deadline=d,
-            remaining=left,
-            cap=cap,
-            budget=budget,
-            min_viable=min_viable,
-            started=started,
-            sync=sync,
-            started_at=started_at,
-            ends=ends,
-            note=note,
-            held=held,
-            parent=current_parent(),
-            inside=inside,
-            within=within,
-            idle=idle,
+        return tuple.__new__(  # `Plan`'s fields in their order (keywords cost more than the rest)
+            Plan,
+            (
+                name,
+                kind,
+                attempt,
+                d,
+                left,
+                cap,
+                budget,
+                min_viable,
+                started,
+                sync,
+                started_at,
+                ends,
+                note,
+                held,
+                current_parent(),
+                inside,
+                within,
+                idle,
+            ),
         )
 
 

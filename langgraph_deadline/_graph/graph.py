@@ -879,9 +879,11 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
         return run, input, cfg
 
-    def _prepared(self, config: RunnableConfig | None) -> bool:
+    def _prepared(self, config: RunnableConfig | None) -> RunTracker | None:
+        """The run our own `invoke`/`ainvoke` prepared for the stream it reads through
+        LangGraph's (None: a caller's stream)."""
         run = (config or {}).get("configurable", {}).get(RUN_KEY)
-        return isinstance(run, RunTracker) and run.entry is self
+        return run if isinstance(run, RunTracker) and run.entry is self else None
 
     def _resuming(self, input: Any) -> bool:
         """A resume (None or a Command) that does not grant a new deadline (`deadline_input`)."""
@@ -919,7 +921,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
     def stream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[Any]:
-        prepared = self._prepared(config)
+        prepared = self._prepared(config) is not None
         run, input, cfg = self._start(input, config)
         mode = kwargs.get("stream_mode", self.stream_mode)
         if not prepared and self._resuming(input):
@@ -968,12 +970,12 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
     def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        if self._prepared(config):
+        if (run := self._prepared(config)) is not None:
             # The stream under our `ainvoke` (through LangGraph's), which ends the run itself:
             # only the chunks are noted, by an object rather than one more generator frame.
-            run, input, cfg = self._start(input, config)
+            run.entry = None  # (its config is the one `ainvoke` made: it goes on as it is)
             mode = kwargs.get("stream_mode", self.stream_mode)
-            stream = cast(AsyncGenerator[Any, None], super().astream(input, cfg, **kwargs))
+            stream = cast(AsyncGenerator[Any, None], super().astream(input, config, **kwargs))
             return NotedStream(stream, run, mode)
         return self._astream(input, config, **kwargs)
 

@@ -199,7 +199,7 @@ def finish(
     """
     status = result.status
     if status is StepStatus.COMPLETED:
-        if any(not _real(r.status) for r in children):
+        if children and any(not _real(r.status) for r in children):
             uncached()  # an answer made of a cut or stale step is no result to replay
         value = plain_input(result.value)  # a node may bring the deadline forward, as plain data
         return with_trace(value, [*children, result.record]) if _traced(state, run) else value
@@ -249,7 +249,7 @@ def finish_unbounded(
 ) -> Any:
     """The update of a node that nothing bounded and that completed: the records of the steps
     inside it, and none of its own (see `NodeStep`)."""
-    if any(not _real(r.status) for r in children):
+    if children and any(not _real(r.status) for r in children):
         uncached()
     value = plain_input(value)
     return with_trace(value, children) if children and _traced(state, run) else value
@@ -367,10 +367,12 @@ class NodeStep:
             with (
                 child_records(plan.link, run) as children,
                 StepRun(plan, run, passthrough=PASSTHROUGH) as step,
-                callbacks_in_context(said),
-                watching_streams(plan.idle is not None),  # its models' chunks are progress
             ):
-                step.value = await body()  # in this coroutine: one frame fewer than run_async's
+                if said is None and plan.idle is None:  # the usual node: no blocks to enter
+                    step.value = await body()  # in this coroutine: one frame fewer than run_async's
+                else:
+                    with callbacks_in_context(said), watching_streams(plan.idle is not None):
+                        step.value = await body()  # (its models' chunks are progress)
         finally:
             streams_let_go(stopped)
         kept(said, step.result, run)
