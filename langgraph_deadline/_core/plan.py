@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import math
 import random
 import time
@@ -52,6 +53,8 @@ HANDOFF: Final = 0.01
 graceful answer (a timeout message, an outcome in state) is delivered before the enclosing
 scope cancels its caller. Steps limited by their own cap are not shortened."""
 
+
+log = logging.getLogger("langgraph_deadline")
 
 PARENT: Final[ContextVar[str | None]] = ContextVar("langgraph_deadline.parent", default=None)
 """The `link` of the step whose body runs here: a step planned here ran inside it (its record's
@@ -176,7 +179,7 @@ class RunTracker:
     records: list[StepRecord] = dataclasses.field(default_factory=list)
     in_flight: dict[int, Plan] = dataclasses.field(default_factory=dict)
     backstop_fired: bool = False
-    latest: Any = None
+    noted: Any = None  # the latest full state its stream showed (`latest`)
     run_id: str = dataclasses.field(default_factory=new_run_id)
     interrupted: bool = False
     emitted: bool = False
@@ -204,6 +207,27 @@ class RunTracker:
     # its nodes leave them out of their updates (a checkpoint per step stays the size of the
     # run's own data, not of its trace).
     trace_at_end: bool = False
+    # Under `ainvoke`: the output keys its values are read with (`select`), and once a node of
+    # its graph has run, the reader of the graph's channels (LangGraph's), which `latest` asks
+    # instead of a note of every chunk of the stream.
+    select: Any = None
+    read: Callable[[], Any] | None = None
+
+    @property
+    def latest(self) -> Any:
+        """The run's latest full state: its graph's channels as they are now, when read from
+        them, else the last one its stream showed (None: none yet)."""
+        if self.read is not None:
+            try:
+                return self.read()
+            except Exception:  # a LangGraph that reads otherwise: what the stream showed
+                log.warning("could not read the run's state from its graph", exc_info=True)
+                self.read = None
+        return self.noted
+
+    @latest.setter
+    def latest(self, state: Any) -> None:
+        self.noted = state
 
     def close_alarm(self) -> None:
         """The run is over: its nodes' shared timer goes."""

@@ -3,7 +3,7 @@ state seen in the stream, an interrupt), and the last chunks that tell how it en
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from typing import Any
 
 from langgraph.types import Command, Overwrite
@@ -65,8 +65,10 @@ def note_chunk(run: RunTracker, chunk: Any, mode: Any) -> None:
 
 class NotedStream:
     """A stream of LangGraph's with each chunk noted (`note_chunk`) on its way: an object, not
-    one more generator frame, for every run `DeadlineGraph.ainvoke` makes. It closes as the
-    stream it wraps does (`aclose`, for a reader that closes what it reads)."""
+    one more generator frame, for every run `DeadlineGraph.ainvoke` makes. Once the run reads
+    its state from its graph (`RunTracker.read`, given by its first node), the chunks pass as
+    they are. It closes as the stream it wraps does (`aclose`, for a reader that closes what
+    it reads)."""
 
     __slots__ = ("_inner", "_mode", "_run")
 
@@ -78,7 +80,12 @@ class NotedStream:
     def __aiter__(self) -> NotedStream:
         return self
 
-    async def __anext__(self) -> Any:
+    def __anext__(self) -> Awaitable[Any]:
+        if self._run.read is not None:  # its state is read from its graph: nothing to note
+            return self._inner.__anext__()
+        return self._noted()
+
+    async def _noted(self) -> Any:
         chunk = await self._inner.__anext__()
         note_chunk(self._run, chunk, self._mode)
         return chunk

@@ -285,12 +285,14 @@ write takes milliseconds; a stuck one must not keep a cancelled caller waiting).
 _PERSIST = "langgraph_deadline: write the outcome"
 
 
-def ran_out_at_the_end(run: RunTracker) -> bool:
+def ran_out_at_the_end(run: RunTracker, values: Any = None) -> bool:
     """True when a run that LangGraph finished ended early all the same: a step ran out at its
-    very end, or a sub-agent or a node in a subgraph wrote the outcome into the state."""
+    very end, or a sub-agent or a node in a subgraph wrote the outcome into the state (its last
+    `values`, when the caller has them; else the run's `latest`)."""
     if run.outcome is not None:
         return True
-    values = run.latest
+    if values is None:
+        values = run.latest
     outcome = values.get("deadline_outcome") if isinstance(values, Mapping) else None
     return isinstance(outcome, Outcome) and outcome.terminal is not Terminal.COMPLETED
 
@@ -975,6 +977,10 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             # only the chunks are noted, by an object rather than one more generator frame.
             run.entry = None  # (its config is the one `ainvoke` made: it goes on as it is)
             mode = kwargs.get("stream_mode", self.stream_mode)
+            if mode == ["updates", "values"] and not kwargs.get("subgraphs"):
+                # LangGraph's `ainvoke` keeps the last values: the run's nodes give it a reader
+                # of the same state, which it reads only when it must end early
+                run.select = kwargs.get("output_keys") or self.output_channels
             stream = cast(AsyncGenerator[Any, None], super().astream(input, config, **kwargs))
             return NotedStream(stream, run, mode)
         return self._astream(input, config, **kwargs)
@@ -1098,7 +1104,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if backstop.caught:
             run.signal.cancel("run_deadline")  # its steps, wherever LangGraph runs them
             return await afinal_state(self, run, cfg, _IN_FLIGHT)
-        if ran_out_at_the_end(run):
+        if isinstance(result, dict) and "__interrupt__" in result:
+            run.interrupted = True  # (for `akeep_deadline`: its stream's chunks were not noted)
+        if ran_out_at_the_end(run, result if run.select is not None else None):
             return await afinal_state(self, run, cfg, None)
         if not run.resumable:  # no thread to keep anything in
             return self._completed(result, run)[0]

@@ -56,7 +56,15 @@ from .answers import close_pending
 from .inputs import plain_input
 from .messages import ToolResults, messages_of, open_tool_calls
 from .retries import policies, retries_on, would_not_fit
-from .seams import DRAIN_REASON, PASSTHROUGH, drain, node_attempt, runs_on_a_thread, uncached
+from .seams import (
+    DRAIN_REASON,
+    PASSTHROUGH,
+    drain,
+    node_attempt,
+    runs_on_a_thread,
+    state_reader,
+    uncached,
+)
 from .settings import NodeSettings
 from .state import RUN_OVER, deadline_from_state, state_fields, with_trace
 from .streams import (
@@ -318,6 +326,8 @@ class NodeStep:
         if already_ended(state):
             return None
         run = run_from_config(config)
+        if run is not None and run.read is None and run.select is not None:
+            run.read = state_reader(config, run.select)  # the run's first node: its graph's
         bounded, deadline = self._bounded(state, run)
         if not bounded:
             return self._call_unbounded(state, config, body, run, finished)
@@ -353,6 +363,8 @@ class NodeStep:
         if already_ended(state):
             return None
         run = run_from_config(config)
+        if run is not None and run.read is None and run.select is not None:
+            run.read = state_reader(config, run.select)  # the run's first node: its graph's
         bounded, deadline = self._bounded(state, run)
         if not bounded:
             return await self._acall_unbounded(state, config, body, run, finished, on_thread)

@@ -33,6 +33,7 @@ __all__ = [
     "running_config",
     "runs_on_a_thread",
     "scheduling_with",
+    "state_reader",
     "task_name",
     "task_writer",
     "uncached",
@@ -72,6 +73,19 @@ def node_attempt(config: Mapping[str, Any] | None = None) -> int:
     runtime = conf.get(_RUNTIME_KEY) if conf is not None else _runtime()
     info = getattr(runtime, "execution_info", None)
     return info.node_attempt if info is not None else 1
+
+
+_READ_KEY: Final = "__pregel_read"
+"""Where LangGraph 1.x puts, in a running task's config, the reader of its graph's channels
+(`(select, fresh=False)`: the values of the `select` keys, as the graph's `values` stream
+shows them)."""
+
+
+def state_reader(config: Mapping[str, Any], select: Any) -> Callable[[], Any] | None:
+    """What reads, from a node's `config`, the state of the graph running it now (its `select`
+    keys), without its task's own writes; None when LangGraph gave the node none."""
+    read = config.get("configurable", {}).get(_READ_KEY)
+    return None if read is None else functools.partial(read, select)
 
 
 _SEND_KEY: Final = "__pregel_send"

@@ -161,3 +161,40 @@ async def test_a_stream_that_ran_out_ends_in_langgraphs_own_chunk_shapes(
     graph = with_deadlines(_writer(10.0), timeout=0.3)
     ours = [_shape(c) async for c in graph.astream({"log": []}, **options)]
     assert ours and set(ours) <= bare, (ours, bare)
+
+
+@pytest.mark.anyio
+async def test_under_ainvoke_the_state_is_read_from_the_graph_once_a_node_ran(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under `ainvoke` the run's first node gives it the reader of its graph's state: the
+    stream's later chunks pass without a note, and a run cut at its deadline without a
+    checkpointer still returns the state its last finished step left (`plan` done, `write`
+    cut), read from the graph."""
+    from langgraph_deadline._graph import chunks
+
+    noted: list[Any] = []
+    note = chunks.note_chunk
+    monkeypatch.setattr(chunks, "note_chunk", lambda run, c, m: (noted.append(c), note(run, c, m)))
+    steps = [(f"s{i}", _step(f"s{i}")) for i in range(6)]
+    b = StateGraph(TimedSteps).add_sequence(steps)
+    b.add_edge(START, "s0")
+    b.add_edge("s5", END)
+    out = await with_deadlines(b, timeout=10.0).ainvoke({"log": []})
+    assert out["log"] == [f"s{i}" for i in range(6)]
+    assert out["deadline_outcome"].ok
+    assert 1 <= len(noted) <= 2  # the input's values (and the first step's, on its way)
+
+    noted.clear()
+    cut = await with_deadlines(_writer(5.0), timeout=0.4).ainvoke({"log": []})
+    assert cut["log"] == ["plan"]
+    assert cut["deadline_outcome"].terminal == "deadline_exceeded"
+    assert cut["deadline_outcome"].step == "write"
+    assert len(noted) <= 2
+
+
+def _step(name: str) -> Any:
+    async def body(state: TimedSteps) -> dict[str, Any]:
+        return {"log": [name]}
+
+    return body

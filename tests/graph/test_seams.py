@@ -178,6 +178,31 @@ def test_a_tasks_writer_writes_to_the_state_beside_what_the_node_returns() -> No
     assert seams.task_writer(None) is None
 
 
+def test_a_nodes_reader_reads_its_graphs_state_as_the_values_stream_shows_it() -> None:
+    """`RunTracker.latest` under `ainvoke` (`state_reader`): what a node reads, later, is the
+    state the graph's `values` stream showed last, not the node's own writes."""
+    from langgraph._internal._constants import CONFIG_KEY_READ
+
+    assert CONFIG_KEY_READ == seams._READ_KEY
+    readers: list[Any] = []
+
+    def first(state: State, config: RunnableConfig) -> dict[str, Any]:
+        readers.append(seams.state_reader(config, ["log"]))
+        return {"log": ["first"]}
+
+    builder = StateGraph(State).add_sequence(
+        [("first", first), ("second", lambda s: {"log": ["second"]})]
+    )
+    builder.add_edge(START, "first")
+    graph = builder.compile()
+    shown: list[Any] = []
+    for chunk in graph.stream({"log": ["in"]}, stream_mode="values"):
+        shown.append(chunk)
+        assert readers == [] or readers[0]() == chunk  # read now: as the stream shows it now
+    assert readers[0]() == shown[-1] == {"log": ["in", "first", "second"]}
+    assert seams.state_reader({}, ["log"]) is None
+
+
 # -- the Functional API --------------------------------------------------------------------------
 
 
