@@ -1,7 +1,8 @@
 """The LangGraph seams this library plugs into, in one place (checked against langgraph 1.2).
 
-Everything here is public LangGraph API; `tests/graph/test_seams.py` fails loudly when one of
-them changes shape.
+Public LangGraph API where it has one; where it has none, the keys LangGraph 1.x puts in a
+running task's config (its runtime, reader, writer, task scheduler). `tests/graph/test_seams.py`
+fails loudly when one of them changes shape.
 """
 
 from __future__ import annotations
