@@ -300,6 +300,7 @@ def run(*, quick: bool) -> Section:
 
     table, medians = _async_section(async_iterations, warmup)
     ratio = medians["wrapped"] / medians["bare"]
+    wrapped, policy = _split(medians, "wrapped"), _split(medians, "policy")
     section.tables.append(table)
     section.figures += [
         ("async wall ratio, with_deadlines / bare", f"{ratio:.2f}x"),
@@ -310,12 +311,8 @@ def run(*, quick: bool) -> Section:
         ),
         (
             "async cost split by 1- and 10-node runs, with_deadlines / TimeoutPolicy",
-            "per node {:+.1f} / {:+.1f} µs, per run {:+.1f} / {:+.1f} µs".format(
-                _split(medians, "wrapped")[0],
-                _split(medians, "policy")[0],
-                _split(medians, "wrapped")[1],
-                _split(medians, "policy")[1],
-            ),
+            f"per node {wrapped[0]:+.1f} / {policy[0]:+.1f} µs, "
+            f"per run {wrapped[1]:+.1f} / {policy[1]:+.1f} µs",
         ),
     ]
     section.checks += [

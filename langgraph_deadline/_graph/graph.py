@@ -1104,15 +1104,12 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if backstop.caught:
             run.signal.cancel("run_deadline")  # its steps, wherever LangGraph runs them
             return await afinal_state(self, run, cfg, _IN_FLIGHT)
-        if isinstance(result, dict) and "__interrupt__" in result:
-            run.interrupted = True  # (for `akeep_deadline`: its stream's chunks were not noted)
         if ran_out_at_the_end(run, result if run.select is not None else None):
             return await afinal_state(self, run, cfg, None)
-        if not run.resumable:  # no thread to keep anything in
-            return self._completed(result, run)[0]
-        await akeep_deadline(self, run, cfg)
-        returned, done = self._completed(result, run)
-        await akeep_end(self, run, cfg, done, result)
+        returned, done = self._completed(result, run)  # (it notes an interrupt in `result`)
+        if run.resumable:  # a thread to keep its deadline (when paused) and its end in
+            await akeep_deadline(self, run, cfg)
+            await akeep_end(self, run, cfg, done, result)
         return returned
 
     def _completed(self, result: Any, run: RunTracker) -> tuple[Any, Outcome | None]:

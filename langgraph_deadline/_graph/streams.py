@@ -209,8 +209,6 @@ def callbacks_in_context(*handlers: BaseCallbackHandler | None) -> AbstractConte
     """The runnable config in context gets `handlers` (the Nones left out) for the block:
     model calls made there without a config of their own (LangChain's agent loop) report
     their tokens to them."""
-    if len(handlers) == 1 and handlers[0] is None:  # a node's usual case, on the hot path
-        return _NOTHING
     given = [h for h in handlers if h is not None]
     return _callbacks_in_context(given) if given else _NOTHING
 
