@@ -68,7 +68,7 @@ from .messages import ending_messages, is_ending, messages_of
 from .node import unwrapped
 from .node_cache import deadline_cache
 from .retries import ain_run, enter_run, in_run, leave_run
-from .seams import DRAIN_REASON, check_thread
+from .seams import DRAIN_REASON, check_thread, own_control
 from .settings import GraphSettings
 from .state import (
     RUN_OVER,
@@ -936,7 +936,10 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         input = input if prepared else granted(self, cfg, input)
         try:
             guarded = self._lgd_settings.guarded_retries
-            for chunk in in_run(run, super().stream(input, cfg, **kwargs), guarded=guarded):
+            options = kwargs if prepared else _run_options(kwargs)
+            # (LangGraph's stream in no local: closed with ours, it must end, and write its
+            # checkpoint, before ours writes the outcome there)
+            for chunk in in_run(run, super().stream(input, cfg, **options), guarded=guarded):
                 note_chunk(run, chunk, mode)
                 yield chunk
         except GraphDrained as exc:
@@ -1002,7 +1005,8 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         input = await agranted(self, cfg, input)
         try:
             guarded = self._lgd_settings.guarded_retries
-            stream = ain_run(run, super().astream(input, cfg, **kwargs), guarded=guarded)
+            options = _run_options(kwargs)
+            stream = ain_run(run, super().astream(input, cfg, **options), guarded=guarded)
             async with contextlib.aclosing(stream) as inner:
                 async for chunk in inner:
                     note_chunk(run, chunk, mode)
@@ -1066,7 +1070,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             return late_result(self, run, refused, input, cfg)
         input = granted(self, cfg, input)
         run.entry = self
-        values = super().invoke(input, cfg, **kwargs)
+        values = super().invoke(input, cfg, **_run_options(kwargs))
         result, done = self._completed(values, run)
         keep_end(self, run, cfg, done, values)
         return result
@@ -1093,7 +1097,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         try:  # the run's end is written outside the backstop: it must not cut that
             try:
                 with backstop:
-                    result = await super().ainvoke(input, cfg, **kwargs)
+                    result = await super().ainvoke(input, cfg, **_run_options(kwargs))
             finally:
                 leave_run(token)
                 run.close_alarm()
@@ -1136,6 +1140,14 @@ def _completed_or_none(outcome: Any) -> bool:
     """True for no outcome, or a `completed` one (a subgraph's, a remote graph's): the run's
     own `completed` replaces it."""
     return outcome is None or (isinstance(outcome, Outcome) and outcome.ok)
+
+
+def _run_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """LangGraph's options for a run, with a drain control of the run's own when it runs inside
+    another run (`seams.own_control`): its deadline's drain must not stop its caller's run."""
+    given = kwargs.get("control")
+    control = own_control(given)
+    return kwargs if control is given else {**kwargs, "control": control}
 
 
 def _fire_backstop(run: RunTracker, backstop: Cut) -> None:

@@ -19,7 +19,7 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
-from langgraph.runtime import get_runtime
+from langgraph.runtime import RunControl, get_runtime
 
 __all__ = [
     "DRAIN_REASON",
@@ -31,6 +31,7 @@ __all__ = [
     "drain",
     "is_async_task",
     "node_attempt",
+    "own_control",
     "running_config",
     "runs_on_a_thread",
     "scheduling_with",
@@ -110,6 +111,41 @@ def drain() -> None:
     control = getattr(_runtime(), "control", None)
     if control is not None:
         control.request_drain(DRAIN_REASON)
+
+
+class _OwnControl(RunControl):
+    """The `RunControl` of a run started inside another LangGraph run: a drain asked of it
+    (its deadline ran out) is its own, and a drain asked of the run it runs in (a server's
+    shutdown) still reaches it."""
+
+    __slots__ = ("_outer",)
+
+    def __init__(self, outer: RunControl) -> None:
+        super().__init__()
+        self._outer = outer
+
+    @property
+    def drain_requested(self) -> bool:
+        return super().drain_requested or self._outer.drain_requested
+
+    @property
+    def drain_reason(self) -> str | None:
+        return super().drain_reason or self._outer.drain_reason
+
+
+def own_control(given: RunControl | None) -> RunControl | None:
+    """The control to start a run with: `given` (the caller's) when there is one; inside
+    another LangGraph run (a node calling this graph, or this graph as a subgraph), one of its
+    own that follows the outer run's (`_OwnControl`): LangGraph hands a run started there the
+    outer run's control, so the drain that ends this run at its deadline would stop the outer
+    run too; else None (LangGraph makes one)."""
+    if given is not None:
+        return given
+    outer = var_child_runnable_config.get()
+    if outer is None:
+        return None
+    control = getattr(outer.get("configurable", {}).get(_RUNTIME_KEY), "control", None)
+    return _OwnControl(control) if isinstance(control, RunControl) else None
 
 
 NO_WRITES: Final = "__no_writes__"

@@ -19,6 +19,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphDrained, GraphInterrupt
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode
+from langgraph.runtime import RunControl, get_runtime
 from langgraph.types import RetryPolicy
 from typing_extensions import TypedDict
 
@@ -32,6 +33,7 @@ from langgraph_deadline._graph.seams import (
     drain,
     is_async_task,
     node_attempt,
+    own_control,
     runs_on_a_thread,
     scheduling_with,
     task_name,
@@ -116,6 +118,41 @@ def test_a_drain_stops_the_run_before_the_next_node() -> None:
     with pytest.raises(GraphDrained) as caught:
         b.compile().invoke({"log": []})
     assert caught.value.reason == DRAIN_REASON
+
+
+def test_a_run_started_in_a_node_gets_the_outer_runs_control_unless_given_its_own() -> None:
+    # LangGraph hands a run started inside a node the outer run's `RunControl`: a drain asked
+    # there would stop the outer run. `own_control` gives it one that only follows the outer's.
+    outer = RunControl()
+    seen: dict[str, Any] = {}
+
+    def inner_node(state: State) -> dict[str, Any]:
+        seen["inner"] = get_runtime().control
+        return {"log": ["inner"]}
+
+    inner = StateGraph(State).add_node("n", inner_node).add_edge(START, "n").compile()
+
+    def node(state: State) -> dict[str, Any]:
+        inner.invoke({"log": []})
+        shared = seen.pop("inner")
+        own = own_control(None)
+        assert own is not None
+        inner.invoke({"log": []}, control=own)
+        seen.update(shared=shared, own=own, got=seen.pop("inner"))
+        own.request_drain("ours")
+        return {"log": ["outer"]}
+
+    b = StateGraph(State).add_node("n", node).add_edge(START, "n")
+    assert b.compile().invoke({"log": []}, control=outer)["log"] == ["outer"]
+    assert seen["shared"] is outer  # what LangGraph does: the outer run's own control
+    assert seen["got"] is seen["own"]  # a control given to the inner run is the one it uses
+    assert not outer.drain_requested  # the inner run's drain stayed its own
+    follower = seen["own"].__class__(outer)
+    outer.request_drain("shutdown")
+    assert follower.drain_requested and follower.drain_reason == "shutdown"
+    assert own_control(None) is None  # not inside a run
+    given = RunControl()
+    assert own_control(given) is given
 
 
 def test_node_attempt_counts_langgraph_retries() -> None:
