@@ -49,6 +49,14 @@ _ANSWERED: contextvars.ContextVar[Callable[[], None] | None] = contextvars.Conte
 )
 """In a copy's context (and the tasks it starts, LangChain's tool task among them): what to
 call the moment that copy's tool coroutine has answered."""
+USEFUL: Final = 0.4
+"""The share of recent hedged calls (a moving average over about the last `OUTAGE_CALLS`) whose
+copy answered first, below which hedging backs off: when every copy is slow (an outage), a copy
+started a delay after the first request seldom overtakes it (a third of the time, on the hedge
+benchmark's outage), where a straggler's copy does three times in four."""
+PROBE_S: Final = 1.0
+"""While hedges do not help (`USEFUL`), one copy is still allowed this often, to tell when they
+do again."""
 _RETRY: Final = 0.25  # a call the hedge budget held asks again after this share of its delay
 _FIT: Final = 1.5  # under a deadline, the first copy starts by when this many typical calls fit
 _REFRESH: Final = 16  # work the learned delay out again when the samples grew by 1/16
@@ -74,9 +82,11 @@ class Hedge:
     `quantile` of the tool's latency once it has `min_samples` samples, else `after`; with
     neither, the call is not hedged. Extra copies are at most `budget` x the calls plus
     `floor_per_s` per second, over the last 10 s. While more than `outage_share` of the tool's
-    recent calls (a moving average over about the last 10) ran past their delay, the backend is
-    slow for everyone and hedging backs off (no copy starts; None: never). The run's deadline
-    bounds every copy.
+    recent calls (a moving average over about the last 10) ran past their delay, or while fewer
+    than 40 % of its recent hedged calls were answered by a copy (every copy is slow: copies
+    add load and win nothing), the backend is slow for everyone and hedging backs off: no copy
+    starts (while copies did not help, one a second still does, to tell when they would again;
+    None: never). The run's deadline bounds every copy.
 
     ```python
     book = LatencyBook()
@@ -164,19 +174,24 @@ class HedgeBudget:
     `WINDOW_S` seconds, hedges <= `budget` x calls + `floor_per_s` x `WINDOW_S`; and whether its
     backend is down (slow for everyone): more than `outage_share` of its recent calls, a moving
     average over about the last `OUTAGE_CALLS` (once it has seen that many), ran past their
-    hedge delay. Counted under a lock; `clock` is monotonic seconds."""
+    hedge delay, or fewer than `USEFUL` of its recent hedged calls were answered by a copy
+    (then one copy every `PROBE_S` still starts, to tell when hedges help again). Counted under
+    a lock; `clock` is monotonic seconds."""
 
     __slots__ = (
         "_calls",
         "_clock",
         "_floor",
+        "_hedged",
         "_hedges",
         "_late",
         "_lock",
         "_outage",
+        "_probe_at",
         "_ratio",
         "_seen",
         "_slots",
+        "_won",
     )
 
     def __init__(
@@ -196,6 +211,9 @@ class HedgeBudget:
         self._hedges = [0] * WINDOW_S
         self._late = 0.0  # the recent calls' share that ran past their delay (moving average)
         self._seen = 0  # calls that told on time from late, up to OUTAGE_CALLS
+        self._won = 0.0  # the recent hedged calls' share that a copy answered (moving average)
+        self._hedged = 0  # hedged calls that told who answered, up to OUTAGE_CALLS
+        self._probe_at = 0.0  # while hedges do not help: when the next copy may start
         self._lock = threading.Lock()
 
     def _slot(self) -> tuple[int, int]:
@@ -219,6 +237,13 @@ class HedgeBudget:
         with self._lock:
             self._tell(1.0 if late else 0.0)
 
+    def answered(self, *, by_copy: bool) -> None:
+        """A call that started a copy was answered: by a copy (`by_copy`), or by its first
+        request all the same."""
+        with self._lock:
+            self._hedged = min(OUTAGE_CALLS, self._hedged + 1)
+            self._won += ((1.0 if by_copy else 0.0) - self._won) / self._hedged
+
     def withdraw(self, *, first: bool = True) -> HeldBy | None:
         """A call ran past its delay and wants one more copy: None if it may start one (and
         the copy is counted), else why not (`"outage"`, `"budget"`). Only a call's `first`
@@ -229,6 +254,11 @@ class HedgeBudget:
             down = self._outage is not None and self._late > self._outage
             if down and self._seen >= OUTAGE_CALLS:
                 return "outage"
+            if self._outage is not None and self._hedged >= OUTAGE_CALLS and self._won < USEFUL:
+                now = self._clock()
+                if now < self._probe_at:
+                    return "outage"
+                self._probe_at = now + PROBE_S  # (if the budget allows it, this copy probes)
             second, i = self._slot()
             allowed = self._ratio * self._live(self._calls, second) + self._floor
             if self._live(self._hedges, second) + 1 > allowed:
@@ -289,6 +319,7 @@ async def race(
 
     error: BaseException | None = None
     told = False  # whether the call told the budget it ran past its delay, or not
+    early = False  # its first copy started before its delay (the deadline's, not a hedge's)
     try:
         pending = {start()}
         started_at = loop.time()
@@ -310,6 +341,8 @@ async def race(
                     continue
                 if first_due is not None and not told:
                     budget.tell(late=loop.time() >= first_due)
+                if len(field.tasks) > 1 and not early:  # (an early copy wins less: not told)
+                    budget.answered(by_copy=field.winner > 0)
                 copies.winner = field.winner
                 return winning.result()
             for task in sorted(done, key=field.tasks.index):
@@ -330,6 +363,7 @@ async def race(
                 if held == "budget" and delay is not None:
                     next_at = loop.time() + _RETRY * delay
             else:
+                early = early or (len(field.tasks) == 1 and loop.time() < first_due)
                 pending.add(start())
                 due = max(due, loop.time()) + (delay if delay is not None else 0.0)
                 next_at = due

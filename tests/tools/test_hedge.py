@@ -25,7 +25,7 @@ from langgraph_deadline import (
     deadline_tools,
     with_deadlines,
 )
-from langgraph_deadline._tools.hedge import WINDOW_S, HedgeBudget
+from langgraph_deadline._tools.hedge import PROBE_S, WINDOW_S, HedgeBudget
 from langgraph_deadline.agents import DeadlineMiddleware
 from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, SlowServer
@@ -290,6 +290,37 @@ def test_the_budget_tells_an_outage_from_stragglers_and_forgets_it_when_the_back
             assert budget.withdraw() is None  # 1 call in 20 late: never an outage
 
 
+def test_the_budget_backs_off_while_copies_do_not_answer_first_and_probes_once_a_second() -> None:
+    clock = _Clock()
+    budget = HedgeBudget(budget=1.0, floor_per_s=100.0, outage_share=0.5, clock=clock)
+    for _ in range(10):  # stragglers: the copy answers first
+        budget.deposit()
+        assert budget.withdraw(first=False) is None
+        budget.answered(by_copy=True)
+    lost = 0
+    while True:  # every copy is slow too: the first request keeps answering first
+        budget.deposit()
+        if budget.withdraw(first=False) is not None:
+            break
+        budget.answered(by_copy=False)
+        lost += 1
+    assert lost <= 10  # a few copies that lost tell it (and the first copy of the pause probes)
+    assert budget.withdraw(first=False) == "outage"
+    clock.now += PROBE_S
+    assert budget.withdraw(first=False) is None  # one copy a second still starts
+    assert budget.withdraw(first=False) == "outage"
+    for _ in range(3):  # the backend recovers: the probes' copies answer first
+        budget.answered(by_copy=True)
+        clock.now += PROBE_S
+        budget.withdraw(first=False)
+    assert [budget.withdraw(first=False) for _ in range(5)] == [None] * 5
+    never = HedgeBudget(budget=1.0, floor_per_s=100.0, outage_share=None, clock=clock)
+    for _ in range(20):
+        never.deposit()
+        assert never.withdraw(first=False) is None
+        never.answered(by_copy=False)
+
+
 async def test_the_hedge_budget_caps_extra_calls_under_a_burst(
     slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
@@ -368,6 +399,77 @@ async def test_hedging_backs_off_while_the_backend_is_slow_for_everyone(
     held = [r.hedge_held for r in records]
     assert held.count("outage") >= 40 - 10
     assert backed <= sum(r.hedges for r in records) <= 10  # (a copy may be cancelled unsent)
+
+
+async def test_hedging_backs_off_while_its_copies_answer_after_the_first_request(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    # Every call runs past its delay, and its copy takes longer than its first request: copies
+    # that win nothing. (`outage_share=1.0`: the share of late calls alone never says outage.)
+    async def copies_lose(hedge: Hedge) -> list[StepRecord]:
+        steps.clear()
+        sent: dict[str, int] = {}
+
+        @deadline_tool(read_only=True, hedge=hedge, cap=10.0)
+        async def search(query: str) -> str:
+            """Search the catalogue."""
+            sent[query] = sent.get(query, 0) + 1
+            delay = 0.1 if sent[query] == 1 else 0.4
+            url = slow_server.url("/slow")
+            return (await client.get(url, params={"delay": delay, "q": query})).text
+
+        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
+            queue = iter(range(40))
+
+            async def worker() -> None:
+                for i in queue:
+                    message = await search.ainvoke(_call(f"q{i}", id=f"c{i}"))
+                    assert message.status == "success"
+
+            await asyncio.gather(*(worker() for _ in range(8)))
+        return _tool_records(steps)
+
+    always = await copies_lose(Hedge(after=0.02, floor_per_s=10.0, outage_share=None))
+    assert sum(r.hedges for r in always) == 40
+    assert {r.winner for r in always} == {0}
+    records = await copies_lose(Hedge(after=0.02, floor_per_s=10.0, outage_share=1.0))
+    # The first two waves of 8 hedge before 10 hedged calls have told; then one a second.
+    assert sum(r.hedges for r in records) <= 16 + 2
+    assert [r.hedge_held for r in records].count("outage") >= 40 - 18
+
+
+async def test_copies_a_deadline_started_early_do_not_tell_whether_copies_help(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    # Under a deadline a copy starts before the delay, while it can still answer in time: its
+    # first request, not a straggler, often answers first. That says nothing of an outage, and
+    # must not make the tool's hedging back off.
+    book = LatencyBook(listen=False)
+    for i in range(100):
+        book.record("tool", "search", 0.2 if i % 10 else 2.0)  # p50 0.2 s, p95 2 s
+    sent: dict[str, int] = {}
+
+    @deadline_tool(read_only=True, hedge=Hedge(book=book, floor_per_s=10.0), cap=1.0)
+    async def search(query: str) -> str:
+        """Search the catalogue."""
+        sent[query] = sent.get(query, 0) + 1
+        first = sent[query] == 1
+        delay = (0.75 if first else 0.5) if query.startswith("a") else (5.0 if first else 0.02)
+        url = slow_server.url("/slow")
+        return (await client.get(url, params={"delay": delay, "q": query})).text
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
+        # 12 calls whose copy starts at 0.7 s (1.5 typical calls before the step's end) and
+        # loses to the first request
+        await asyncio.gather(*(search.ainvoke(_call(f"a{i}", id=f"a{i}")) for i in range(12)))
+        early = _tool_records(steps)
+        assert sum(r.hedges for r in early) >= 10 and {r.winner for r in early} == {0}
+        steps.clear()
+        # two stragglers after them: both still get their copy, and both copies answer
+        calls = (search.ainvoke(_call(f"b{i}", id=f"b{i}")) for i in (1, 2))
+        messages = await asyncio.gather(*calls)
+    assert all('"delay": 0.02' in m.text for m in messages)
+    assert [(r.hedges, r.winner, r.hedge_held) for r in _tool_records(steps)] == [(1, 1, None)] * 2
 
 
 async def test_the_winner_cancels_the_loser_before_its_answer_travels_back(
