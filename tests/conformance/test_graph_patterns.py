@@ -104,6 +104,39 @@ def _plain_child(model: Any) -> Any:
     return builder.compile()
 
 
+def test_a_graph_called_by_a_tool_that_runs_out_leaves_the_agent_going(saver: Any) -> None:
+    # A tool that runs a `with_deadlines` graph of its own (a research sub-agent with its own
+    # 0.2 s) inside an agent's run: when that graph runs out, the tool answers with its outcome
+    # and the agent goes on to its model. (Its drain used to stop the agent's run too.)
+    def slow(state: Chat) -> dict[str, Any]:
+        time.sleep(1.0)  # a sync body: abandoned on its thread at the research graph's deadline
+        return {"messages": [AIMessage("found it")]}
+
+    research_graph = with_deadlines(
+        StateGraph(Chat).add_node("slow", slow).add_edge(START, "slow"), timeout=0.2
+    )
+
+    @tool
+    def research(topic: str) -> str:
+        """Research a topic."""
+        out = research_graph.invoke({"messages": [HumanMessage(topic)]})
+        return f"research ended {out['deadline_outcome'].terminal.value}"
+
+    model = ScriptedChatModel(
+        script=[tool_calls(("research", {"topic": "boots"})), AIMessage("the best I have")]
+    )
+    agent = create_agent(
+        model, [research], middleware=[DeadlineMiddleware(timeout=30.0)], checkpointer=saver
+    )
+    out = agent.invoke(ask(), {"configurable": {"thread_id": "t"}})
+    assert [m.content for m in out["messages"][-2:]] == [
+        "research ended deadline_exceeded",
+        "the best I have",
+    ]
+    assert terminal_of(out) is Terminal.COMPLETED
+    assert_valid_history(out["messages"])
+
+
 @pytest.mark.anyio
 async def test_a_subgraph_with_plenty_of_time_answers_as_unwrapped() -> None:
     def child() -> Any:
