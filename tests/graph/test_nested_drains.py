@@ -108,6 +108,45 @@ def test_the_same_with_sync_calls(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("entry", ["invoke", "ainvoke", "stream", "astream"])
+async def test_every_entry_point_drains_only_its_own_run(entry: str) -> None:
+    def work(state: Inner) -> dict[str, Any]:
+        if state["slow"]:
+            time.sleep(1.0)  # abandoned on its thread at the deadline
+        return {"log": ["worked"]}
+
+    inner = _inner(work)
+
+    def last_values(chunks: list[Any]) -> dict[str, Any]:
+        return dict(chunks[-1])
+
+    def call_sync(state: Outer) -> dict[str, Any]:
+        run = inner.invoke if entry == "invoke" else None
+        seen = []
+        for slow in (True, False):
+            args = {"slow": slow, "log": []}
+            out = run(args) if run else last_values(list(inner.stream(args, stream_mode="values")))
+            seen.append(_seen(out))
+        return {"seen": seen}
+
+    async def call_async(state: Outer) -> dict[str, Any]:
+        seen = []
+        for slow in (True, False):
+            args = {"slow": slow, "log": []}
+            if entry == "ainvoke":
+                out = await inner.ainvoke(args)
+            else:
+                out = last_values([c async for c in inner.astream(args, stream_mode="values")])
+            seen.append(_seen(out))
+        return {"seen": seen}
+
+    outer = _outer(call_sync if entry in ("invoke", "stream") else call_async, None)
+    out = await outer.ainvoke({})
+    assert out["seen"] == EXPECTED
+    assert out["after"] is True
+
+
+@pytest.mark.anyio
 async def test_a_drain_of_the_outer_run_still_reaches_the_inner_run() -> None:
     control = RunControl()
     ran: list[str] = []
