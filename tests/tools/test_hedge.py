@@ -214,12 +214,18 @@ async def test_no_copy_starts_when_the_time_left_cannot_fit_a_typical_call(
     assert len(slow_server.requests) <= 1
 
 
+def _tailed_book() -> LatencyBook:
+    """A book that knows the tool: 9 calls in 10 take 0.2 s, the 10th 2 s (p50 0.2, p95 2)."""
+    book = LatencyBook(listen=False)
+    for i in range(100):
+        book.record("tool", "search", 0.2 if i % 10 else 2.0)
+    return book
+
+
 async def test_under_a_deadline_the_copy_starts_while_it_can_still_answer_in_time(
     slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
-    book = LatencyBook(listen=False)
-    for i in range(100):
-        book.record("tool", "search", 0.2 if i % 10 else 2.0)  # p50 0.2 s, p95 2 s
+    book = _tailed_book()  # p50 0.2 s, p95 2 s
     search = _search(slow_server, [5.0, 0.02], Hedge(book=book), cap=1.0)
 
     # The learned delay (2 s) is past the step's 1 s: the copy starts when 1.5 typical calls
@@ -444,9 +450,7 @@ async def test_copies_a_deadline_started_early_do_not_tell_whether_copies_help(
     # Under a deadline a copy starts before the delay, while it can still answer in time: its
     # first request, not a straggler, often answers first. That says nothing of an outage, and
     # must not make the tool's hedging back off.
-    book = LatencyBook(listen=False)
-    for i in range(100):
-        book.record("tool", "search", 0.2 if i % 10 else 2.0)  # p50 0.2 s, p95 2 s
+    book = _tailed_book()  # p50 0.2 s, p95 2 s
     sent: dict[str, int] = {}
 
     @deadline_tool(read_only=True, hedge=Hedge(book=book, floor_per_s=10.0), cap=1.0)
