@@ -450,22 +450,24 @@ async def test_copies_a_deadline_started_early_do_not_tell_whether_copies_help(
     # Under a deadline a copy starts before the delay, while it can still answer in time: its
     # first request, not a straggler, often answers first. That says nothing of an outage, and
     # must not make the tool's hedging back off.
-    book = _tailed_book()  # p50 0.2 s, p95 2 s
+    book = LatencyBook(listen=False)
+    for i in range(100):
+        book.record("tool", "search", 0.6 if i % 10 else 6.0)  # p50 0.6 s, p95 6 s
     sent: dict[str, int] = {}
 
-    @deadline_tool(read_only=True, hedge=Hedge(book=book, floor_per_s=10.0), cap=1.0)
+    @deadline_tool(read_only=True, hedge=Hedge(book=book, floor_per_s=10.0), cap=3.0)
     async def search(query: str) -> str:
         """Search the catalogue."""
         sent[query] = sent.get(query, 0) + 1
         first = sent[query] == 1
-        delay = (0.75 if first else 0.5) if query.startswith("a") else (5.0 if first else 0.02)
+        delay = (2.4 if first else 1.0) if query.startswith("a") else (5.0 if first else 0.02)
         url = slow_server.url("/slow")
         return (await client.get(url, params={"delay": delay, "q": query})).text
 
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
-        # 12 calls whose copy starts at 0.7 s (1.5 typical calls before the step's end) and
-        # loses to the first request
-        await asyncio.gather(*(search.ainvoke(_call(f"a{i}", id=f"a{i}")) for i in range(12)))
+        # 16 calls whose copy starts at 2.1 s (1.5 typical calls before the step's end; a copy
+        # is sent while at least one typical call, 0.6 s, is left) and loses to the first request
+        await asyncio.gather(*(search.ainvoke(_call(f"a{i}", id=f"a{i}")) for i in range(16)))
         early = _tool_records(steps)
         assert sum(r.hedges for r in early) >= 10 and {r.winner for r in early} == {0}
         steps.clear()
