@@ -287,6 +287,10 @@ class DeadlineState(TypedDict, total=False):
     deadline_trace: Annotated[list[StepRecord], TraceChannel(list, merge_trace)]
 
 
+_CLEARED: Final = ("deadline_outcome", "deadline_trace")
+"""The fields a new run clears: the previous run's outcome and trace."""
+
+
 def fresh_run_update(timestamp: float | None) -> dict[str, Any]:
     """The one state update that starts a run: its deadline (epoch seconds, or None for none)
     replaces the thread's previous one, and the previous run's outcome and trace are cleared."""
@@ -304,8 +308,8 @@ def fresh_run_input(input: Mapping[str, Any], timestamp: float | None, *, empty:
     input's own outcome and trace (a finished run's result given again) are left out."""
     if not empty:
         return {**input, **fresh_run_update(timestamp)}
-    if "deadline_outcome" in input or "deadline_trace" in input:
-        input = {k: v for k, v in input.items() if k not in ("deadline_outcome", "deadline_trace")}
+    if not input.keys().isdisjoint(_CLEARED):
+        input = {k: v for k, v in input.items() if k not in _CLEARED}
     return {**input, "deadline": timestamp}
 
 

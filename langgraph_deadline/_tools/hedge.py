@@ -241,8 +241,7 @@ class HedgeBudget:
         """A call that started a copy was answered: by a copy (`by_copy`), or by its first
         request all the same."""
         with self._lock:
-            self._hedged = min(OUTAGE_CALLS, self._hedged + 1)
-            self._won += ((1.0 if by_copy else 0.0) - self._won) / self._hedged
+            self._won, self._hedged = _averaged(self._won, self._hedged, 1.0 if by_copy else 0.0)
 
     def withdraw(self, *, first: bool = True) -> HeldBy | None:
         """A call ran past its delay and wants one more copy: None if it may start one (and
@@ -267,8 +266,14 @@ class HedgeBudget:
             return None
 
     def _tell(self, late: float) -> None:
-        self._seen = min(OUTAGE_CALLS, self._seen + 1)
-        self._late += (late - self._late) / self._seen
+        self._late, self._seen = _averaged(self._late, self._seen, late)
+
+
+def _averaged(mean: float, seen: int, value: float) -> tuple[float, int]:
+    """`mean` of the last `seen` values with `value` added: their plain mean up to
+    `OUTAGE_CALLS` values, a moving average over about that many after."""
+    seen = min(OUTAGE_CALLS, seen + 1)
+    return mean + (value - mean) / seen, seen
 
 
 @dataclasses.dataclass(slots=True)
