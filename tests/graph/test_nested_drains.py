@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -22,6 +23,7 @@ from langgraph.runtime import RunControl
 from typing_extensions import TypedDict
 
 from langgraph_deadline import DeadlineState, Terminal, with_deadlines
+from langgraph_deadline.testing import SlowServer
 
 
 class Inner(DeadlineState):
@@ -105,6 +107,31 @@ def test_the_same_with_sync_calls(tmp_path: Path) -> None:
         out = _outer(call, saver).invoke({}, {"configurable": {"thread_id": "t"}})
     assert out["seen"] == EXPECTED
     assert out["after"] is True
+
+
+@pytest.mark.anyio
+async def test_the_inner_runs_request_is_closed_at_its_deadline_and_the_outer_run_goes_on(
+    slow_server: SlowServer,
+) -> None:
+    async def work(state: Inner) -> dict[str, Any]:
+        async with httpx.AsyncClient() as client:
+            await client.get(slow_server.url("/slow?delay=5"))
+        return {"log": ["worked"]}
+
+    inner = _inner(work)
+
+    async def call(state: Outer) -> dict[str, Any]:
+        out = await inner.ainvoke({"slow": True, "log": []})
+        return {"seen": [_seen(out)]}
+
+    t0 = time.monotonic()
+    out = await _outer(call, None).ainvoke({})
+    assert time.monotonic() - t0 < 0.3 + 1.0  # the inner deadline, not the server's 5 s
+    assert out["seen"] == EXPECTED[:1]
+    assert out["after"] is True
+    # the server saw the inner run's request closed, not served to its end
+    assert await asyncio.to_thread(slow_server.wait_disconnected, 2.0)
+    assert all(r.disconnected is not None for r in slow_server.requests)
 
 
 @pytest.mark.anyio
