@@ -3,9 +3,9 @@ not answered after its learned p95, one more identical call starts; the first an
 every other copy is cancelled at once (its connection closes).
 
 `Hedge` is the setting (a frozen value, checked when built); `HedgeBudget` is the load it may
-add, per tool, Finagle-style: over the last 10 s, at most `budget` x the calls plus
-`floor_per_s` x 10 extra copies; `race` runs one call's copies inside the step's budget, which
-bounds them all (the step's cut cancels every copy).
+add, per tool, Finagle-style: over the last 10 s, at most `budget` x the calls extra copies,
+or `floor_per_s` x 10 when that is more (a quiet tool); `race` runs one call's copies inside
+the step's budget, which bounds them all (the step's cut cancels every copy).
 """
 
 from __future__ import annotations
@@ -80,13 +80,15 @@ class Hedge:
     one typical call has passed); a call the budget held back asks again every quarter `delay`
     (the budget refills as calls come in). `delay` is the `book`'s learned
     `quantile` of the tool's latency once it has `min_samples` samples, else `after`; with
-    neither, the call is not hedged. Extra copies are at most `budget` x the calls plus
-    `floor_per_s` per second, over the last 10 s. While more than `outage_share` of the tool's
-    recent calls (a moving average over about the last 10) ran past their delay, or while fewer
-    than 40 % of its recent hedged calls were answered by a copy (every copy is slow: copies
-    add load and win nothing), the backend is slow for everyone and hedging backs off: no copy
-    starts (while copies did not help, one a second still does, to tell when they would again;
-    None: never). The run's deadline bounds every copy.
+    neither, the call is not hedged. Extra copies are at most `budget` x the calls over the
+    last 10 s, or `floor_per_s` per second when that is more (so a quiet tool, whose share is
+    less than one copy, can still hedge; a busy one adds no more than its `budget`). While
+    more than `outage_share` of the tool's recent calls (a moving average over about the last
+    10) ran past their delay, or while fewer than 40 % of its recent hedged calls were answered
+    by a copy (every copy is slow: copies add load and win nothing), the backend is slow for
+    everyone and hedging backs off: no copy starts (while copies did not help, one a second
+    still does, to tell when they would again; None: never). The run's deadline bounds every
+    copy.
 
     ```python
     book = LatencyBook()
@@ -170,13 +172,14 @@ class Hedge:
 
 
 class HedgeBudget:
-    """The extra load one tool's hedges may add (Finagle's retry budget): over the last
-    `WINDOW_S` seconds, hedges <= `budget` x calls + `floor_per_s` x `WINDOW_S`; and whether its
-    backend is down (slow for everyone): more than `outage_share` of its recent calls, a moving
-    average over about the last `OUTAGE_CALLS` (once it has seen that many), ran past their
-    hedge delay, or fewer than `USEFUL` of its recent hedged calls were answered by a copy
-    (then one copy every `PROBE_S` still starts, to tell when hedges help again). Counted under
-    a lock; `clock` is monotonic seconds."""
+    """The extra load one tool's hedges may add (after Finagle's retry budget, whose floor
+    adds to the share; here it is a floor under it, so a busy tool adds at most `budget`): over
+    the last `WINDOW_S` seconds, hedges <= max(`budget` x calls, `floor_per_s` x `WINDOW_S`);
+    and whether its backend is down (slow for everyone): more than `outage_share` of its
+    recent calls, a moving average over about the last `OUTAGE_CALLS` (once it has seen that
+    many), ran past their hedge delay, or fewer than `USEFUL` of its recent hedged calls were
+    answered by a copy (then one copy every `PROBE_S` still starts, to tell when hedges help
+    again). Counted under a lock; `clock` is monotonic seconds."""
 
     __slots__ = (
         "_calls",
@@ -259,7 +262,7 @@ class HedgeBudget:
                     return "outage"
                 self._probe_at = now + PROBE_S  # (if the budget allows it, this copy probes)
             second, i = self._slot()
-            allowed = self._ratio * self._live(self._calls, second) + self._floor
+            allowed = max(self._ratio * self._live(self._calls, second), self._floor)
             if self._live(self._hedges, second) + 1 > allowed:
                 return "budget"
             self._hedges[i] += 1

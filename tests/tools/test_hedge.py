@@ -274,6 +274,19 @@ def test_the_budget_allows_its_share_of_calls_plus_the_floor_and_forgets_after_t
     assert [floored.withdraw() for _ in range(2)] == [None, "budget"]  # 0.1/s over 10 s
 
 
+def test_the_floor_is_a_floor_under_the_share_not_more_on_top_of_it() -> None:
+    """A quiet tool gets the floor; a busy one its share and no more (5 % means 5 %)."""
+    clock = _Clock()
+    quiet = HedgeBudget(budget=0.05, floor_per_s=1.0, clock=clock)
+    for _ in range(100):  # 5 % of 100 is 5 copies; the floor, 1 a second over 10 s, is 10
+        quiet.deposit()
+    assert [quiet.withdraw() for _ in range(11)] == [None] * 10 + ["budget"]
+    busy = HedgeBudget(budget=0.05, floor_per_s=1.0, clock=clock)
+    for _ in range(400):  # 5 % of 400 is 20 copies, more than the floor's 10
+        busy.deposit()
+    assert [busy.withdraw() for _ in range(21)] == [None] * 20 + ["budget"]
+
+
 def test_the_budget_tells_an_outage_from_stragglers_and_forgets_it_when_the_backend_recovers() -> (
     None
 ):
