@@ -49,11 +49,13 @@ _ANSWERED: contextvars.ContextVar[Callable[[], None] | None] = contextvars.Conte
 )
 """In a copy's context (and the tasks it starts, LangChain's tool task among them): what to
 call the moment that copy's tool coroutine has answered."""
-USEFUL: Final = 0.4
+USEFUL: Final = 0.5
 """The share of recent hedged calls (a moving average over about the last `OUTAGE_CALLS`) whose
 copy answered first, below which hedging backs off: when every copy is slow (an outage), a copy
-started a delay after the first request seldom overtakes it (a third of the time, on the hedge
-benchmark's outage), where a straggler's copy does three times in four."""
+started a delay after the first request seldom overtakes it (about a third of the time on the
+hedge benchmark's latencies), where a straggler's copy nearly always does. Only copies that had
+a chance count: one the first request beat before the copy had run a typical call (a call just
+past its delay, the usual case at a p90 trigger) says nothing of whether copies help."""
 PROBE_S: Final = 1.0
 """While hedges do not help (`USEFUL`), one copy is still allowed this often, to tell when they
 do again."""
@@ -84,8 +86,9 @@ class Hedge:
     last 10 s, or `floor_per_s` per second when that is more (so a quiet tool, whose share is
     less than one copy, can still hedge; a busy one adds no more than its `budget`). While
     more than `outage_share` of the tool's recent calls (a moving average over about the last
-    10) ran past their delay, or while fewer than 40 % of its recent hedged calls were answered
-    by a copy (every copy is slow: copies add load and win nothing), the backend is slow for
+    10) ran past their delay, or while fewer than half of its recent hedged calls were answered
+    by a copy (every copy is slow: copies add load and win nothing; a copy the first request
+    beat before it had run a typical call is not counted), the backend is slow for
     everyone and hedging backs off: no copy starts (while copies did not help, one a second
     still does, to tell when they would again; None: never). The run's deadline bounds every
     copy.
@@ -242,7 +245,7 @@ class HedgeBudget:
 
     def answered(self, *, by_copy: bool) -> None:
         """A call that started a copy was answered: by a copy (`by_copy`), or by its first
-        request all the same."""
+        request all the same (told only when the copy had run a typical call by then)."""
         with self._lock:
             self._won, self._hedged = _averaged(self._won, self._hedged, 1.0 if by_copy else 0.0)
 
@@ -328,6 +331,7 @@ async def race(
     error: BaseException | None = None
     told = False  # whether the call told the budget it ran past its delay, or not
     early = False  # its first copy started before its delay (the deadline's, not a hedge's)
+    copied_at = 0.0  # when its first copy started
     try:
         pending = {start()}
         started_at = loop.time()
@@ -349,7 +353,16 @@ async def race(
                     continue
                 if first_due is not None and not told:
                     budget.tell(late=loop.time() >= first_due)
-                if len(field.tasks) > 1 and not early:  # (an early copy wins less: not told)
+                # Told whether its copy won, unless the copy started early (under a deadline: it
+                # wins less) or the first request beat it before it had run a typical call: it
+                # had no chance, which tells nothing of whether copies help (a call just past
+                # its delay, most of those a p90 trigger hedges), only its cost, which the
+                # budget bounds.
+                if (
+                    len(field.tasks) > 1
+                    and not early
+                    and (field.winner or field.answered_at - copied_at >= typical)
+                ):
                     budget.answered(by_copy=field.winner > 0)
                 copies.winner = field.winner
                 return winning.result()
@@ -371,7 +384,8 @@ async def race(
                 if held == "budget" and delay is not None:
                     next_at = loop.time() + _RETRY * delay
             else:
-                early = early or (len(field.tasks) == 1 and loop.time() < first_due)
+                if len(field.tasks) == 1:
+                    early, copied_at = loop.time() < first_due, loop.time()
                 pending.add(start())
                 due = max(due, loop.time()) + (delay if delay is not None else 0.0)
                 next_at = due
@@ -422,13 +436,14 @@ class _Field:
     """One call's copies: each a task under a `Cut` of its own (cancellable once); the first
     to return cancels the others at once."""
 
-    __slots__ = ("cuts", "loop", "tasks", "winner")
+    __slots__ = ("answered_at", "cuts", "loop", "tasks", "winner")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.tasks: list[asyncio.Task[Any]] = []
         self.cuts: dict[int, Cut] = {}
         self.winner: int | None = None
+        self.answered_at = 0.0  # the loop's time when the winner answered
 
     def start(self, call: Callable[[], Awaitable[Any]]) -> asyncio.Task[Any]:
         task = self.loop.create_task(self._copy(call, len(self.tasks)))
@@ -451,7 +466,7 @@ class _Field:
         """Copy `i` has answered: the first to do so wins, and the others are cancelled now
         (their sockets start closing in this loop iteration)."""
         if self.winner is None:
-            self.winner = i
+            self.winner, self.answered_at = i, self.loop.time()
             self.cancel(but=i)
 
     def cancel(self, *, but: int | None = None) -> list[asyncio.Task[Any]]:

@@ -457,6 +457,47 @@ async def test_hedging_backs_off_while_its_copies_answer_after_the_first_request
     assert [r.hedge_held for r in records].count("outage") >= 40 - 18
 
 
+async def test_copies_beaten_before_they_ran_a_typical_call_do_not_make_hedging_back_off(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    # A low trigger (p90 on a wide latency) hedges many calls just past their delay, whose first
+    # request answers soon after the copy started: those copies lose without having had a
+    # chance, while every straggler's copy wins. That is hedging working, not an outage: the
+    # stragglers must keep their copies. (Counted as losses, 7 in 10 hedged calls told "copies
+    # do not help", and every straggler after the tenth hedged call waited 3 s for its first
+    # request.) `outage_share=1.0`: the share of late calls alone never says outage here.
+    book = LatencyBook(listen=False)
+    for _ in range(100):
+        book.record("tool", "search", 0.2)  # the delay and the typical call: 0.2 s
+    sent: dict[str, int] = {}
+
+    hedge = Hedge(book=book, floor_per_s=10.0, outage_share=1.0)
+
+    @deadline_tool(read_only=True, hedge=hedge, cap=10.0)
+    async def search(query: str) -> str:
+        """Search the catalogue."""
+        sent[query] = sent.get(query, 0) + 1
+        first = sent[query] == 1
+        straggler = int(query[1:]) % 10 < 3
+        delay = (3.0 if first else 0.05) if straggler else (0.25 if first else 0.6)
+        url = slow_server.url("/slow")
+        return (await client.get(url, params={"delay": delay, "q": query})).text
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
+        queue = iter(range(40))
+
+        async def worker() -> None:
+            for i in queue:
+                message = await search.ainvoke(_call(f"q{i}", id=f"c{i}"))
+                assert message.status == "success"
+
+        await asyncio.gather(*(worker() for _ in range(8)))
+    records = _tool_records(steps)
+    assert len(records) == 40
+    assert [r.hedge_held for r in records].count("outage") == 0
+    assert sorted(r.winner for r in records if r.hedges) == [0] * 28 + [1] * 12
+
+
 async def test_copies_a_deadline_started_early_do_not_tell_whether_copies_help(
     slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
