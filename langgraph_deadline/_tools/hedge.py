@@ -80,18 +80,19 @@ class Hedge:
     typical call and the tool's `HedgeBudget` allows it. Under a deadline the first copy starts
     sooner when waiting for `delay` would leave less than 1.5 typical calls (but never before
     one typical call has passed); a call the budget held back asks again every quarter `delay`
-    (the budget refills as calls come in). `delay` is the `book`'s learned
-    `quantile` of the tool's latency once it has `min_samples` samples, else `after`; with
-    neither, the call is not hedged. Extra copies are at most `budget` x the calls over the
-    last 10 s, or `floor_per_s` per second when that is more (so a quiet tool, whose share is
-    less than one copy, can still hedge; a busy one adds no more than its `budget`). While
-    more than `outage_share` of the tool's recent calls (a moving average over about the last
-    10) ran past their delay, or while fewer than half of its recent hedged calls were answered
-    by a copy (every copy is slow: copies add load and win nothing; a copy the first request
-    beat before it had run a typical call is not counted), the backend is slow for
-    everyone and hedging backs off: no copy starts (while copies did not help, one a second
-    still does, to tell when they would again; None: never). The run's deadline bounds every
-    copy.
+    (the budget refills as calls come in), and is served before calls that have only just run
+    past their delay (the longer a call has run past it, the likelier it is a straggler).
+    `delay` is the `book`'s learned `quantile` of the tool's latency once it has `min_samples`
+    samples, else `after`; with neither, the call is not hedged. Extra copies are at most
+    `budget` x the calls over the last 10 s, or `floor_per_s` per second when that is more (so
+    a quiet tool, whose share is less than one copy, can still hedge; a busy one adds no more
+    than its `budget`). While more than `outage_share` of the tool's recent calls (a moving
+    average over about the last 10) ran past their delay, or while fewer than half of its
+    recent hedged calls were answered by a copy (every copy is slow: copies add load and win
+    nothing; a copy the first request beat before it had run a typical call is not counted),
+    the backend is slow for everyone and hedging backs off: no copy starts (while copies did
+    not help, one a second still does, to tell when they would again; None: never). The run's
+    deadline bounds every copy.
 
     ```python
     book = LatencyBook()
@@ -194,6 +195,7 @@ class HedgeBudget:
         "_lock",
         "_outage",
         "_probe_at",
+        "_queued",
         "_ratio",
         "_seen",
         "_slots",
@@ -220,6 +222,7 @@ class HedgeBudget:
         self._won = 0.0  # the recent hedged calls' share that a copy answered (moving average)
         self._hedged = 0  # hedged calls that told who answered, up to OUTAGE_CALLS
         self._probe_at = 0.0  # while hedges do not help: when the next copy may start
+        self._queued = 0  # calls the budget held that still ask (first served as it refills)
         self._lock = threading.Lock()
 
     def _slot(self) -> tuple[int, int]:
@@ -249,7 +252,7 @@ class HedgeBudget:
         with self._lock:
             self._won, self._hedged = _averaged(self._won, self._hedged, 1.0 if by_copy else 0.0)
 
-    def withdraw(self, *, first: bool = True) -> HeldBy | None:
+    def withdraw(self, *, first: bool = True, queued: bool = False) -> HeldBy | None:
         """A call ran past its delay and wants one more copy: None if it may start one (and
         the copy is counted), else why not (`"outage"`, `"budget"`). Only a call's `first`
         wish tells it was late."""
@@ -266,10 +269,20 @@ class HedgeBudget:
                 self._probe_at = now + PROBE_S  # (if the budget allows it, this copy probes)
             second, i = self._slot()
             allowed = max(self._ratio * self._live(self._calls, second), self._floor)
-            if self._live(self._hedges, second) + 1 > allowed:
+            # Calls the budget already held go first: the longer a call has run past its delay,
+            # the likelier it is a straggler (a call just past it mostly answers soon anyway).
+            ahead = 0 if queued else self._queued
+            if self._live(self._hedges, second) + 1 + ahead > allowed:
+                self._queued += not queued
                 return "budget"
+            self._queued -= queued
             self._hedges[i] += 1
             return None
+
+    def leave(self) -> None:
+        """A call the budget held stopped asking (it was answered, or no copy will start)."""
+        with self._lock:
+            self._queued -= 1
 
     def _tell(self, late: float) -> None:
         self._late, self._seen = _averaged(self._late, self._seen, late)
@@ -332,6 +345,7 @@ async def race(
     told = False  # whether the call told the budget it ran past its delay, or not
     early = False  # its first copy started before its delay (the deadline's, not a hedge's)
     copied_at = 0.0  # when its first copy started
+    queued = False  # the budget held it and it still asks (it is counted among those waiting)
     try:
         pending = {start()}
         started_at = loop.time()
@@ -375,8 +389,11 @@ async def race(
             told = told or first
             if len(field.tasks) >= hedge.max_copies:
                 next_at = None
-            elif (held := _held(hedge, name, budget, first=first)) is not None:
+            elif (held := _held(hedge, name, budget, first=first, queued=queued)) is not None:
                 copies.held = held
+                if queued and held != "budget":  # it stops asking
+                    budget.leave()
+                queued = held == "budget"
                 # The budget refills as calls come in: a call it held asks again a little later
                 # (a straggler still has most of its time to run). Time only runs out, and an
                 # outage tells itself over.
@@ -384,6 +401,7 @@ async def race(
                 if held == "budget" and delay is not None:
                     next_at = loop.time() + _RETRY * delay
             else:
+                queued = False
                 if len(field.tasks) == 1:
                     early, copied_at = loop.time() < first_due, loop.time()
                 pending.add(start())
@@ -392,6 +410,8 @@ async def race(
         assert error is not None
         raise error
     finally:
+        if queued:
+            budget.leave()
         await field.stop()
 
 
@@ -401,12 +421,15 @@ def _latest(typical: float) -> float:
     return max(typical, remaining() - _FIT * typical)
 
 
-def _held(hedge: Hedge, name: str, budget: HedgeBudget, *, first: bool) -> HeldBy | None:
+def _held(
+    hedge: Hedge, name: str, budget: HedgeBudget, *, first: bool, queued: bool
+) -> HeldBy | None:
     """Why the call's next copy may not start (None: it may, and it is counted); `first`: the
-    call has just run past its delay (it tells the budget it was late)."""
+    call has just run past its delay (it tells the budget it was late); `queued`: the budget
+    held it before."""
     if remaining() < hedge.typical(name):
         return "time"
-    return budget.withdraw(first=first)
+    return budget.withdraw(first=first, queued=queued)
 
 
 def answering(coroutine: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:

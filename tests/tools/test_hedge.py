@@ -21,6 +21,7 @@ from langgraph_deadline import (
     DeadlineState,
     Hedge,
     StepRecord,
+    deadline_scope,
     deadline_tool,
     deadline_tools,
     with_deadlines,
@@ -287,6 +288,25 @@ def test_the_floor_is_a_floor_under_the_share_not_more_on_top_of_it() -> None:
     assert [busy.withdraw() for _ in range(21)] == [None] * 20 + ["budget"]
 
 
+def test_calls_the_budget_held_get_the_next_copies_before_calls_just_past_their_delay() -> None:
+    """The longer a call has run past its delay, the likelier it is a straggler: a call the
+    budget held is served before one that has only just run past its delay."""
+    clock = _Clock()
+    budget = HedgeBudget(budget=0.05, floor_per_s=0.0, clock=clock)
+    for _ in range(20):
+        budget.deposit()
+    assert budget.withdraw() is None  # 5 % of 20: one copy
+    assert budget.withdraw() == "budget"  # a straggler, held: it waits for the next copy
+    for _ in range(20):
+        budget.deposit()  # one copy more
+    assert budget.withdraw() == "budget"  # a call just past its delay: the straggler is ahead
+    assert budget.withdraw(queued=True) is None  # the straggler asks again, and gets it
+    for _ in range(20):
+        budget.deposit()
+    budget.leave()  # the other held call answered by itself: it no longer waits
+    assert budget.withdraw() is None  # so a new late call gets the copy
+
+
 def test_the_budget_tells_an_outage_from_stragglers_and_forgets_it_when_the_backend_recovers() -> (
     None
 ):
@@ -398,6 +418,31 @@ async def _slow_for_everyone(
 
         await asyncio.gather(*(worker() for _ in range(8)))
     return len(server.requests) - calls, _tool_records(steps)
+
+
+async def test_a_call_the_budget_held_leaves_the_queue_when_it_ends_answered_or_cut(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    # Every call runs past its delay and the budget allows one copy in 20: most calls wait for a
+    # copy, then answer by themselves, or are cut by their deadline while they wait. None may
+    # stay counted as waiting (it would hold back the copies of every later call).
+    hedge = Hedge(after=0.05, budget=0.05, floor_per_s=0.0, outage_share=None)
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
+        search = _search(slow_server, [0.3], hedge, client=client, cap=10.0)
+
+        async def calls(deadline: float | None) -> list[Any]:
+            async def one(i: int) -> Any:
+                with deadline_scope(deadline):
+                    return await search.ainvoke(_call(id=f"c{i}"))
+
+            return await asyncio.gather(*(one(i) for i in range(16)))
+
+        answered = await calls(None)
+        cut = await calls(0.2)
+    assert all(m.status == "success" for m in answered)
+    assert all(m.status == "error" for m in cut)
+    assert [r.hedge_held for r in _tool_records(steps)].count("budget") >= 20
+    assert search._hedge_budget._queued == 0
 
 
 async def test_hedging_backs_off_while_the_backend_is_slow_for_everyone(
