@@ -111,16 +111,19 @@ def origin_of(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def _log_outcome(run_id: str, origin: tuple[tuple[str, str], ...], outcome: Outcome) -> None:
-    """One line for a run that did not complete: its ids, terminal, step and reason."""
-    names = dict(origin)
-    notes = [f"{key}={value}" for key, value in origin if key != "run_id"]
-    if "run_id" in names:  # the framework's id first: the one its own log shows
-        notes.append(f"deadline run {run_id}")
+    """One line for a run that did not complete: its ids, terminal, step and reason (nothing is
+    built when the logger would drop it: a burst of runs cut together pays no logging)."""
     level = (
         logging.INFO
         if outcome.terminal in (Terminal.CANCELLED, Terminal.FAILED)
         else logging.WARNING
     )
+    if not log.isEnabledFor(level):
+        return
+    names = dict(origin)
+    notes = [f"{key}={value}" for key, value in origin if key != "run_id"]
+    if "run_id" in names:  # the framework's id first: the one its own log shows
+        notes.append(f"deadline run {run_id}")
     log.log(
         level,
         "run %s ended %s%s%s: %s%s",
