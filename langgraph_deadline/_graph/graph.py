@@ -45,7 +45,7 @@ from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
 from langgraph.runtime import RunControl
-from langgraph.types import Command, Overwrite, StateUpdate
+from langgraph.types import Command, Interrupt, Overwrite, StateUpdate
 
 from .._core.clock import SYSTEM_CLOCK
 from .._core.cut import Cut
@@ -314,26 +314,35 @@ def _persist_control() -> RunControl:
     return control
 
 
-def _read(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
+def _read(
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig
+) -> tuple[Any, tuple[Interrupt, ...]]:
+    """The run's latest state, and the interrupts its checkpoint holds pending (a branch that
+    paused in the superstep the deadline cut: LangGraph's own run would return them)."""
     if not graph.deadline_settings.has_state:
-        return None
+        return None, ()
     if not saved(graph, cfg):
-        return run.latest
+        return run.latest, ()
     try:
-        return graph.get_state(_clean(cfg)).values
+        snapshot = graph.get_state(_clean(cfg))
     except Exception:
-        return run.latest
+        return run.latest, ()
+    return snapshot.values, snapshot.interrupts
 
 
-async def _aread(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
+async def _aread(
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig
+) -> tuple[Any, tuple[Interrupt, ...]]:
+    """`_read`, asynchronously."""
     if not graph.deadline_settings.has_state:
-        return None
+        return None, ()
     if not saved(graph, cfg):
-        return run.latest
+        return run.latest, ()
     try:
-        return (await graph.aget_state(_clean(cfg))).values
+        snapshot = await graph.aget_state(_clean(cfg))
     except Exception:
-        return run.latest
+        return run.latest, ()
+    return snapshot.values, snapshot.interrupts
 
 
 def _write(graph: DeadlineRuns, cfg: RunnableConfig, update: dict[str, Any]) -> None:
@@ -373,35 +382,37 @@ def final_state(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, why: 
     """The state a run that ended early returns (see `assemble`). With a checkpointer the latest
     state is read from it (it holds the results of the steps that finished in the cut
     superstep), and the outcome, the records and the reply are written to it."""
-    state, update = assemble(graph, run, _read(graph, run, cfg), why)
+    latest, pending = _read(graph, run, cfg)
+    state, update = assemble(graph, run, latest, why)
     run.final_news = bool(update)
     _write(graph, cfg, update)
     keep_deadline(graph, run, cfg)
-    return _returned(graph, run, state)
+    return _returned(graph, run, state, pending)
 
 
 async def afinal_state(
     graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, why: str | None
 ) -> Any:
     """`final_state`, reading and writing the checkpoint asynchronously."""
-    state, update = assemble(graph, run, await _aread(graph, run, cfg), why)
+    latest, pending = await _aread(graph, run, cfg)
+    state, update = assemble(graph, run, latest, why)
     run.final_news = bool(update)
     await _awrite(graph, cfg, update)
     await akeep_deadline(graph, run, cfg)
-    return _returned(graph, run, state)
+    return _returned(graph, run, state, pending)
 
 
 def keep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> None:
     """A run that failed (an error that is not the deadline's): its step records are written to
     the checkpoint, its pending steps left as they are for a resume after a fix."""
     if graph.deadline_settings.has_fields and saved(graph, cfg) and run.records:
-        _write(graph, cfg, _records_update(run, _read(graph, run, cfg)))
+        _write(graph, cfg, _records_update(run, _read(graph, run, cfg)[0]))
 
 
 async def akeep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> None:
     """`keep_records`, asynchronously."""
     if graph.deadline_settings.has_fields and saved(graph, cfg) and run.records:
-        await _awrite(graph, cfg, _records_update(run, await _aread(graph, run, cfg)))
+        await _awrite(graph, cfg, _records_update(run, (await _aread(graph, run, cfg))[0]))
 
 
 def keep_end(
@@ -498,7 +509,14 @@ def _records_update(run: RunTracker, latest: Any) -> dict[str, Any]:
     return {"deadline_trace": [r.to_dict() for r in missing]} if missing else {}
 
 
-def _returned(graph: DeadlineRuns, run: RunTracker, state: dict[str, Any]) -> Any:
+def _returned(
+    graph: DeadlineRuns, run: RunTracker, state: dict[str, Any], pending: tuple[Interrupt, ...]
+) -> Any:
+    """What a run that ended early returns (its state, with the `__interrupt__` list of the
+    interrupts left pending, as LangGraph's own run returns them), or raises for a graph
+    without the deadline fields."""
+    if pending:
+        state["__interrupt__"] = list(pending)
     if not graph.deadline_settings.has_fields:
         assert run.outcome is not None  # set by `assemble`
         raise exceeded(

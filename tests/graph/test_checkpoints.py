@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import operator
 import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
@@ -113,6 +114,73 @@ def test_resume_after_the_deadline_ends_at_once_without_rerunning_nodes(
     out = graph.invoke(Command(resume="late yes", update=deadline_input(5.0)), cfg)
     assert out["log"] == ["answer:late yes", "after"]
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+
+
+class Branches(DeadlineState):
+    log: Annotated[list[str], operator.add]
+
+
+def _question_beside_a_slow_step(slow: Any) -> StateGraph[Any, Any, Any, Any]:
+    """START -> "ask" (asks a person) and "slow" side by side."""
+
+    def ask(state: Branches) -> dict[str, Any]:
+        return {"log": [f"answer:{interrupt('approve?')}"]}
+
+    b = StateGraph(Branches)
+    b.add_node("ask", ask)
+    b.add_node("slow", slow)
+    b.add_edge(START, "ask")
+    b.add_edge(START, "slow")
+    return b
+
+
+def test_a_question_asked_beside_a_step_the_deadline_cut_is_returned_with_the_outcome(
+    saver: SqliteSaver,
+) -> None:
+    # LangGraph's own run returns a branch's pending question in `__interrupt__` beside what
+    # the other branches finished; a run the deadline ended returns it too, or the caller does
+    # not know a person has something to answer (it is in the checkpoint all the same).
+    sleeps = iter([2.0])
+
+    def slow(state: Branches) -> dict[str, Any]:
+        time.sleep(next(sleeps, 0.0))
+        return {"log": ["slow"]}
+
+    graph = with_deadlines(_question_beside_a_slow_step(slow), checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "asked"}}
+    out = graph.invoke({"log": [], **deadline_input(0.5)}, cfg)
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert out["deadline_outcome"].step == "slow"
+    assert [i.value for i in out["__interrupt__"]] == ["approve?"]
+    assert [i.id for i in out["__interrupt__"]] == [i.id for i in graph.get_state(cfg).interrupts]
+    # The answer, with more time: the question's branch takes it, the cut step runs again.
+    done = graph.invoke(Command(resume="yes", update=deadline_input(10.0)), cfg)
+    assert done["deadline_outcome"].terminal is Terminal.COMPLETED
+    assert sorted(done["log"]) == ["answer:yes", "slow"]
+    assert "__interrupt__" not in done
+
+
+@pytest.mark.anyio
+async def test_a_question_asked_beside_a_step_the_deadline_cut_is_returned_async(
+    tmp_path: Path,
+) -> None:
+    sleeps = iter([10.0])
+
+    async def slow(state: Branches) -> dict[str, Any]:
+        await asyncio.sleep(next(sleeps, 0.0))
+        return {"log": ["slow"]}
+
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "cp.sqlite")) as saver:
+        graph = with_deadlines(_question_beside_a_slow_step(slow), checkpointer=saver)
+        cfg = {"configurable": {"thread_id": "asked"}}
+        t0 = time.monotonic()
+        out = await graph.ainvoke({"log": [], **deadline_input(0.5)}, cfg)
+        assert time.monotonic() - t0 < 5.0  # cut, not slept out
+        assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+        assert [i.value for i in out["__interrupt__"]] == ["approve?"]
+        done = await graph.ainvoke(Command(resume="yes", update=deadline_input(10.0)), cfg)
+    assert done["deadline_outcome"].terminal is Terminal.COMPLETED
+    assert sorted(done["log"]) == ["answer:yes", "slow"]
 
 
 def test_a_new_budget_can_be_granted_explicitly_on_resume(saver: SqliteSaver) -> None:
