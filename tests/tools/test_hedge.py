@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -465,38 +466,52 @@ async def test_hedging_backs_off_while_the_backend_is_slow_for_everyone(
     assert backed <= sum(r.hedges for r in records) <= 10  # (a copy may be cancelled unsent)
 
 
+async def _forty_calls(
+    server: SlowServer,
+    hedge: Hedge,
+    delay: Callable[[str, bool], float],
+    steps: list[StepRecord],
+) -> list[StepRecord]:
+    """40 calls of a hedged search, 8 at a time over one client: a request of query `q` takes
+    `delay(q, first)` s (`first`: the call's first request, else a copy). Their records."""
+    steps.clear()
+    sent: dict[str, int] = {}
+
+    @deadline_tool(read_only=True, hedge=hedge, cap=10.0)
+    async def search(query: str) -> str:
+        """Search the catalogue."""
+        sent[query] = sent.get(query, 0) + 1
+        params = {"delay": delay(query, sent[query] == 1), "q": query}
+        return (await client.get(server.url("/slow"), params=params)).text
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
+        queue = iter(range(40))
+
+        async def worker() -> None:
+            for i in queue:
+                message = await search.ainvoke(_call(f"q{i}", id=f"c{i}"))
+                assert message.status == "success"
+
+        await asyncio.gather(*(worker() for _ in range(8)))
+    return _tool_records(steps)
+
+
 async def test_hedging_backs_off_while_its_copies_answer_after_the_first_request(
     slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
     # Every call runs past its delay, and its copy takes longer than its first request: copies
     # that win nothing. (`outage_share=1.0`: the share of late calls alone never says outage.)
-    async def copies_lose(hedge: Hedge) -> list[StepRecord]:
-        steps.clear()
-        sent: dict[str, int] = {}
+    def copies_lose(query: str, first: bool) -> float:
+        return 0.1 if first else 0.4
 
-        @deadline_tool(read_only=True, hedge=hedge, cap=10.0)
-        async def search(query: str) -> str:
-            """Search the catalogue."""
-            sent[query] = sent.get(query, 0) + 1
-            delay = 0.1 if sent[query] == 1 else 0.4
-            url = slow_server.url("/slow")
-            return (await client.get(url, params={"delay": delay, "q": query})).text
-
-        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
-            queue = iter(range(40))
-
-            async def worker() -> None:
-                for i in queue:
-                    message = await search.ainvoke(_call(f"q{i}", id=f"c{i}"))
-                    assert message.status == "success"
-
-            await asyncio.gather(*(worker() for _ in range(8)))
-        return _tool_records(steps)
-
-    always = await copies_lose(Hedge(after=0.02, floor_per_s=10.0, outage_share=None))
+    always = await _forty_calls(
+        slow_server, Hedge(after=0.02, floor_per_s=10.0, outage_share=None), copies_lose, steps
+    )
     assert sum(r.hedges for r in always) == 40
     assert {r.winner for r in always} == {0}
-    records = await copies_lose(Hedge(after=0.02, floor_per_s=10.0, outage_share=1.0))
+    records = await _forty_calls(
+        slow_server, Hedge(after=0.02, floor_per_s=10.0, outage_share=1.0), copies_lose, steps
+    )
     # The first two waves of 8 hedge before 10 hedged calls have told; then one a second.
     assert sum(r.hedges for r in records) <= 16 + 2
     assert [r.hedge_held for r in records].count("outage") >= 40 - 18
@@ -514,30 +529,14 @@ async def test_copies_beaten_before_they_ran_a_typical_call_do_not_make_hedging_
     book = LatencyBook(listen=False)
     for _ in range(100):
         book.record("tool", "search", 0.2)  # the delay and the typical call: 0.2 s
-    sent: dict[str, int] = {}
+
+    def three_in_ten_straggle(query: str, first: bool) -> float:
+        if int(query[1:]) % 10 < 3:
+            return 3.0 if first else 0.05
+        return 0.25 if first else 0.6
 
     hedge = Hedge(book=book, floor_per_s=10.0, outage_share=1.0)
-
-    @deadline_tool(read_only=True, hedge=hedge, cap=10.0)
-    async def search(query: str) -> str:
-        """Search the catalogue."""
-        sent[query] = sent.get(query, 0) + 1
-        first = sent[query] == 1
-        straggler = int(query[1:]) % 10 < 3
-        delay = (3.0 if first else 0.05) if straggler else (0.25 if first else 0.6)
-        url = slow_server.url("/slow")
-        return (await client.get(url, params={"delay": delay, "q": query})).text
-
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
-        queue = iter(range(40))
-
-        async def worker() -> None:
-            for i in queue:
-                message = await search.ainvoke(_call(f"q{i}", id=f"c{i}"))
-                assert message.status == "success"
-
-        await asyncio.gather(*(worker() for _ in range(8)))
-    records = _tool_records(steps)
+    records = await _forty_calls(slow_server, hedge, three_in_ten_straggle, steps)
     assert len(records) == 40
     assert [r.hedge_held for r in records].count("outage") == 0
     assert sorted(r.winner for r in records if r.hedges) == [0] * 28 + [1] * 12
