@@ -255,7 +255,9 @@ class HedgeBudget:
     def withdraw(self, *, first: bool = True, queued: bool = False) -> HeldBy | None:
         """A call ran past its delay and wants one more copy: None if it may start one (and
         the copy is counted), else why not (`"outage"`, `"budget"`). Only a call's `first`
-        wish tells it was late."""
+        wish tells it was late. A call held for `"budget"` is counted as waiting until it asks
+        again with `queued` and gets its copy, or `leave`s: the copies the budget refills with
+        go to the calls waiting before any call asking for the first time."""
         with self._lock:
             if first:
                 self._tell(1.0)
