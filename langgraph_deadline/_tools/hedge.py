@@ -345,8 +345,7 @@ async def race(
 
     error: BaseException | None = None
     told = False  # whether the call told the budget it ran past its delay, or not
-    early = False  # its first copy started before its delay (the deadline's, not a hedge's)
-    copied_at = 0.0  # when its first copy started
+    copied_at = 0.0  # when its first copy started (before `first_due`: the deadline's, early)
     queued = False  # the budget held it and it still asks (it is counted among those waiting)
     try:
         pending = {start()}
@@ -376,7 +375,8 @@ async def race(
                 # budget bounds.
                 if (
                     len(field.tasks) > 1
-                    and not early
+                    and first_due is not None
+                    and copied_at >= first_due
                     and (field.winner or field.answered_at - copied_at >= typical)
                 ):
                     budget.answered(by_copy=field.winner > 0)
@@ -405,7 +405,7 @@ async def race(
             else:
                 queued = False
                 if len(field.tasks) == 1:
-                    early, copied_at = loop.time() < first_due, loop.time()
+                    copied_at = loop.time()
                 pending.add(start())
                 due = max(due, loop.time()) + (delay if delay is not None else 0.0)
                 next_at = due
