@@ -300,11 +300,20 @@ def _averaged(mean: float, seen: int, value: float) -> tuple[float, int]:
 @dataclasses.dataclass(slots=True)
 class Copies:
     """How one call was hedged: copies started (over its attempts), which one answered, and
-    why a copy it wanted was not started (the last reason, None when none was held back)."""
+    why a copy it wanted was not started: `held`, the first reason (None when none was held
+    back), so that a straggler the budget held many times before its time ran out says
+    "budget", not "time"; `times_held`, how often each reason held it, in that order."""
 
     started: int = 0
     winner: int | None = None
     held: HeldBy | None = None
+    times_held: dict[HeldBy, int] = dataclasses.field(default_factory=dict)
+
+    def hold(self, why: HeldBy) -> None:
+        """A copy the call wanted was not started, for `why`."""
+        if self.held is None:
+            self.held = why
+        self.times_held[why] = self.times_held.get(why, 0) + 1
 
 
 async def race(
@@ -392,7 +401,7 @@ async def race(
             if len(field.tasks) >= hedge.max_copies:
                 next_at = None
             elif (held := _held(hedge, name, budget, first=first, queued=queued)) is not None:
-                copies.held = held
+                copies.hold(held)
                 if queued and held != "budget":  # it stops asking
                     budget.leave()
                 queued = held == "budget"

@@ -377,6 +377,31 @@ async def test_the_hedge_budget_caps_extra_calls_under_a_burst(
     assert sum(r.hedges for r in _tool_records(steps)) == extra
 
 
+async def test_a_straggler_the_budget_held_until_its_time_ran_out_is_recorded_as_held_by_budget(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    """Held by the hedge budget again and again, then by its time left, then cut: the record
+    says the budget held its copies (the report and the metrics count that), and how often."""
+    book = LatencyBook(listen=False)
+    for _ in range(60):
+        book.record("tool", "search", 0.1)  # p50 = p95 = 0.1 s
+    hedge = Hedge(book=book, min_samples=50, budget=0.05, floor_per_s=0.0, outage_share=None)
+    search = _search(slow_server, [5.0], hedge, cap=0.8)
+
+    message = await search.ainvoke(_call())  # past its delay at 0.1 s: no copy is affordable
+
+    assert message.status == "error"
+    [record] = _tool_records(steps)
+    assert (record.status, record.hedges, record.hedge_held) == (StepStatus.TIMED_OUT, 0, "budget")
+    note = record.note or ""
+    counts = dict(
+        (why, int(n)) for why, n in (p.split() for p in note.split("not started: ")[1].split(", "))
+    )
+    assert list(counts) == ["budget", "time"]  # asked every 25 ms from 0.1 s, then time ran out
+    assert counts["budget"] >= 5 and counts["time"] == 1
+    assert len(slow_server.requests) == 1
+
+
 async def test_a_call_the_budget_held_gets_its_copy_once_other_calls_refill_it(
     slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
