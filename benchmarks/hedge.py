@@ -188,11 +188,11 @@ def _inner() -> httpx.AsyncHTTPTransport:
 
 
 def _ours() -> Hedge:
-    return Hedge(book=LatencyBook())  # the defaults: p95, a 5 % budget (`BUDGET`)
+    return Hedge(book=LatencyBook())  # the defaults: p95, at most 5 % extra (`max_extra`)
 
 
 def _ours_as_peers() -> Hedge:
-    return Hedge(book=LatencyBook(), quantile=0.9, budget=PEERS_BUDGET)
+    return Hedge(book=LatencyBook(), quantile=0.9, max_extra=PEERS_BUDGET)
 
 
 def _variants() -> list[Variant]:

@@ -30,6 +30,7 @@ from .tasks import TaskBudgets, akept, kept
 
 __all__ = ["DeadlineEntrypoint", "is_entrypoint", "wrap_entrypoint"]
 
+
 def is_entrypoint(graph: object) -> bool:
     """True for what `@entrypoint` makes: a one-node `Pregel` that keeps a `previous` value."""
     return (
