@@ -134,6 +134,7 @@ def test_testing_kit_surface() -> None:
         "ChatReply",
         "Clock",
         "FakeAnthropicServer",
+        "FakeBedrockServer",
         "FakeGeminiServer",
         "FakeOllamaServer",
         "FakeOpenAIServer",

@@ -3,8 +3,8 @@ real `SystemClock`, a `ManualClock` that moves only when told) and loopback serv
 what they saw (was the connection closed? how many tokens were sent after the deadline?).
 
 The chat servers -- `FakeOpenAIServer`, `FakeAnthropicServer`, `FakeOllamaServer`,
-`FakeGeminiServer`, one core, each in its provider's wire protocol -- need the `asgi` extra
-(starlette, uvicorn); they are imported on first use.
+`FakeGeminiServer`, `FakeBedrockServer`, one core, each in its provider's wire protocol -- need
+the `asgi` extra (starlette, uvicorn); they are imported on first use.
 """
 
 import importlib
@@ -16,6 +16,7 @@ from ._slow_server import ServedRequest, SlowServer
 
 if TYPE_CHECKING:
     from ._anthropic_server import FakeAnthropicServer
+    from ._bedrock_server import FakeBedrockServer
     from ._chat_record import ServedChatRequest
     from ._chat_script import ChatReply, ScriptedToolCall
     from ._gemini_server import FakeGeminiServer
@@ -26,6 +27,7 @@ __all__ = [
     "ChatReply",
     "Clock",
     "FakeAnthropicServer",
+    "FakeBedrockServer",
     "FakeGeminiServer",
     "FakeOllamaServer",
     "FakeOpenAIServer",
@@ -43,6 +45,7 @@ __all__ = [
 _LAZY = {
     "ChatReply": "_chat_script",
     "FakeAnthropicServer": "_anthropic_server",
+    "FakeBedrockServer": "_bedrock_server",
     "FakeGeminiServer": "_gemini_server",
     "FakeOllamaServer": "_ollama_server",
     "FakeOpenAIServer": "_openai_server",

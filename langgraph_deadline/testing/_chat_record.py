@@ -11,7 +11,7 @@ from ._chat_script import ChatReply
 
 __all__ = ["ServedChatRequest", "Wire", "disconnects"]
 
-Wire = Literal["openai", "anthropic", "ollama", "gemini"]
+Wire = Literal["openai", "anthropic", "ollama", "gemini", "bedrock"]
 """The wire protocol a request came in: which API the server spoke."""
 
 _LIMIT_AT: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
@@ -19,6 +19,7 @@ _LIMIT_AT: Final[dict[str, tuple[tuple[str, ...], ...]]] = {
     "anthropic": (("max_tokens",),),
     "ollama": (("options", "num_predict"),),
     "gemini": (("generationConfig", "maxOutputTokens"),),
+    "bedrock": (("inferenceConfig", "maxTokens"),),
 }
 """Where each protocol's request body holds its output-token limit."""
 
@@ -35,7 +36,8 @@ def _at(body: Mapping[str, Any], path: tuple[str, ...]) -> object:
 @dataclasses.dataclass
 class ServedChatRequest:
     """One chat request (to OpenAI's `/v1/chat/completions`, Anthropic's `/v1/messages`,
-    Ollama's `/api/chat`, Gemini's `:generateContent`...; `wire` says which, `path` where).
+    Ollama's `/api/chat`, Gemini's `:generateContent`, Bedrock's `/converse`...; `wire` says
+    which, `path` where).
     Times are `time.monotonic()` readings.
 
     A *chunk* here is a token chunk: one event of the stream carrying content or a piece of a
@@ -67,6 +69,8 @@ class ServedChatRequest:
         Gemini by its path, `:streamGenerateContent`)."""
         if self.wire == "gemini":
             return "streamGenerateContent" in self.path
+        if self.wire == "bedrock":
+            return self.path.endswith("/converse-stream")
         return bool(self.body.get("stream", self.wire == "ollama"))
 
     @property
@@ -83,7 +87,8 @@ class ServedChatRequest:
     def max_tokens(self) -> int | None:
         """The output-token limit asked for, under the protocol's name (OpenAI's
         `max_completion_tokens`, else `max_tokens`; Anthropic's `max_tokens`; Ollama's
-        `options.num_predict`; Gemini's `generationConfig.maxOutputTokens`): the server stops
+        `options.num_predict`; Gemini's `generationConfig.maxOutputTokens`; Bedrock's
+        `inferenceConfig.maxTokens`): the server stops
         there, as the provider does (OpenAI's `finish_reason` `"length"`)."""
         for path in _LIMIT_AT[self.wire]:
             value = _at(self.body, path)

@@ -1,6 +1,6 @@
 """The core of the loopback chat servers of the testing kit (`FakeOpenAIServer`,
-`FakeAnthropicServer`, `FakeOllamaServer`, `FakeGeminiServer`): a local server that streams
-slowly and reports what it sent, and when.
+`FakeAnthropicServer`, `FakeOllamaServer`, `FakeGeminiServer`, `FakeBedrockServer`): a local
+server that streams slowly and reports what it sent, and when.
 
 A server runs in a background thread; each request gets the next scripted `ChatReply` and is
 answered by an `Exchange`: the wait before the first byte, the JSON answer or the stream of
@@ -457,7 +457,7 @@ class Exchange:
     async def _error(self) -> None:
         status = self.reply.status
         message = self.reply.error_message or f"Scripted error {status}."
-        extra = {}
+        extra = self._error_headers(status)
         if self.reply.retry_after is not None:
             extra["retry-after"] = f"{self.reply.retry_after:g}"
         await self._start(status, "application/json", extra)
@@ -520,6 +520,10 @@ class Exchange:
 
     def _error_body(self, status: int, message: str) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _error_headers(self, status: int) -> dict[str, str]:
+        """Headers an error answer carries besides `retry-after` (AWS's error type)."""
+        return {}
 
     def _answer(
         self, text: str, calls: list[tuple[str, str, str]], cut: bool, n_tokens: int

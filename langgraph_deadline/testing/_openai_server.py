@@ -139,7 +139,7 @@ class FakeOpenAIServer(ChatServer):
     Works with `with` and `async with`; the `await_*` helpers wait without blocking the event
     loop (use them in async tests: the client you just cancelled may need the loop to close
     its socket). Its siblings speak other providers' protocols: `FakeAnthropicServer`,
-    `FakeOllamaServer`, `FakeGeminiServer`.
+    `FakeOllamaServer`, `FakeGeminiServer`, `FakeBedrockServer`.
     """
 
     exchange = OpenAIExchange
