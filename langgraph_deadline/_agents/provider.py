@@ -119,13 +119,21 @@ def _ollama_options(model: object, settings: Mapping[str, Any]) -> dict[str, Any
 class Provider:
     """How one family of LangChain chat models takes a call's budget: its classes (those
     defined in, or derived from a class of, a module starting with one of `modules`), its
-    output-token limit (`tokens`), and whether a per-call `timeout=` (seconds) reaches its
-    SDK as the request's timeout (`timeout`)."""
+    output-token limit (`tokens`), and, when a per-call `timeout=` (seconds) reaches its SDK
+    as the request's timeout, the model's field holding its own (`timeout`; None: no per-call
+    timeout reaches it)."""
 
     name: str
     modules: tuple[str, ...]
     tokens: TokenLimit
-    timeout: bool = False
+    timeout: str | None = None
+
+    def own_timeout(self, model: object) -> float | None:
+        """The request timeout the model was made with (seconds), if it is one number."""
+        value = getattr(model, self.timeout, None) if self.timeout is not None else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value)
+        return None
 
 
 _MAX_TOKENS: Final = TokenLimit("max_tokens")
@@ -138,16 +146,16 @@ PROVIDERS: Final[tuple[Provider, ...]] = (
         "OpenAI",
         ("langchain_openai.",),
         TokenLimit("max_tokens", also=("max_completion_tokens",)),
-        timeout=True,
+        timeout="request_timeout",
     ),
     # The Anthropic SDK's `messages.create(timeout=...)`: call keywords go into its arguments.
-    Provider("Anthropic", ("langchain_anthropic.",), _MAX_TOKENS, timeout=True),
+    Provider("Anthropic", ("langchain_anthropic.",), _MAX_TOKENS, "default_request_timeout"),
     # google-genai's `HttpOptions(timeout=...)`, in ms, from the call's `timeout` in seconds.
     Provider(
         "Google Gemini",
         ("langchain_google_genai.",),
         TokenLimit("max_output_tokens", field="max_output_tokens"),
-        timeout=True,
+        timeout="timeout",
     ),
     # Keywords other than its own go to `ollama.AsyncClient.chat` (a TypeError); its client's
     # timeout is set when the model is made (`client_kwargs`).
@@ -159,8 +167,8 @@ PROVIDERS: Final[tuple[Provider, ...]] = (
     # Call keywords go into the JSON body: no per-call timeout (its httpx client's is fixed).
     Provider("Mistral", ("langchain_mistralai.",), _MAX_TOKENS),
     # The groq and fireworks SDKs take `create(timeout=...)`, as the OpenAI SDK does.
-    Provider("Groq", ("langchain_groq.",), _MAX_TOKENS, timeout=True),
-    Provider("Fireworks", ("langchain_fireworks.",), _MAX_TOKENS, timeout=True),
+    Provider("Groq", ("langchain_groq.",), _MAX_TOKENS, "request_timeout"),
+    Provider("Fireworks", ("langchain_fireworks.",), _MAX_TOKENS, "request_timeout"),
     # Converse's `inferenceConfig.maxTokens` (the call keyword `maxTokens`, or inside the
     # call's own `inferenceConfig`); botocore's read timeout belongs to the client.
     Provider(
@@ -301,22 +309,24 @@ def call_options(
     """What to set on a call of `model` that has the options `given` (its keyword arguments,
     a request's model settings) for its `budget` (None: nothing).
 
-    `timeout=budget` where the model's SDK takes a per-call timeout (never later than a
-    `timeout` given); with `tokens_per_second` (a rate, or learned), the output-token limit
-    the budget can stream, under the parameter the model's provider takes, merged into what
-    the call or the model sends there, and never above the limit already in force. A model of
-    no known family (`PROVIDERS`) gets no limit, and a warning, once per class.
+    `timeout=budget` where the model's SDK takes a per-call timeout (never later than the
+    `timeout` given, else the model's own); with `tokens_per_second` (a rate, or learned), the
+    output-token limit the budget can stream, under the parameter the model's provider takes,
+    merged into what the call or the model sends there, and never above the limit already in
+    force. A model of no known family (`PROVIDERS`) gets no limit, and a warning, once per
+    class.
     """
     if budget is None:
         return CallOptions({})
     target, bound = chat_model(model)
     provider = _provider_of_class(type(target))
     options: dict[str, Any] = {}
-    if provider is not None and provider.timeout:
-        options["timeout"] = max(budget, 0.001)  # 0 means "no timeout" to some clients
-        timeout = given.get("timeout")
-        if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
-            options["timeout"] = min(options["timeout"], timeout)
+    if provider is not None and provider.timeout is not None:
+        timeout = max(budget, 0.001)  # 0 means "no timeout" to some clients
+        mine = given.get("timeout", provider.own_timeout(target))  # the call's replaces the model's
+        if isinstance(mine, int | float) and not isinstance(mine, bool) and mine > 0:
+            timeout = min(timeout, mine)
+        options["timeout"] = timeout
     if tokens_per_second is None:
         return CallOptions(options)
     fits = _tokens_within(model, budget, tokens_per_second)

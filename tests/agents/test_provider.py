@@ -34,11 +34,18 @@ def test_models_whose_sdk_takes_a_per_call_timeout_get_the_budget_as_theirs() ->
     assert call_options(model, 2.5, {}) == CallOptions({"timeout": 2.5})
     assert call_options(model, 0.0, {}).options == {"timeout": 0.001}  # 0: "no timeout"
     assert call_options(model, 2.5, {"timeout": 1.0}).options == {"timeout": 1.0}  # never later
+    own = ChatOpenAI(api_key=SecretStr("test"), timeout=0.5)  # than the model's own, either
+    assert call_options(own, 2.5, {}).options == {"timeout": 0.5}
+    assert call_options(own, 2.5, {"timeout": 2.0}).options == {"timeout": 2.0}  # the call's
     assert call_options(model, None, {}) == CallOptions({})
     anthropic = ChatAnthropic(model_name="claude-fake", api_key=SecretStr("t"))  # type: ignore[call-arg]
     gemini = ChatGoogleGenerativeAI(model="gemini-fake", api_key=SecretStr("t"))
     for taking in (anthropic, gemini):
         assert call_options(taking, 2.5, {}).options == {"timeout": 2.5}
+    anthropic_own = ChatAnthropic(model_name="c", api_key=SecretStr("t"), timeout=0.5)  # type: ignore[call-arg]
+    gemini_own = ChatGoogleGenerativeAI(model="g", api_key=SecretStr("t"), timeout=0.5)
+    for own_timeout in (anthropic_own, gemini_own):
+        assert call_options(own_timeout, 2.5, {}).options == {"timeout": 0.5}
     # keywords these pass to their request body or client call: no timeout
     for not_taking in (ChatOllama(model="m"), ChatMistralAI(api_key=SecretStr("t")), _bedrock()):
         assert call_options(not_taking, 2.5, {}).options == {}
