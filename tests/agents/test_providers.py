@@ -281,10 +281,19 @@ def _way_call(way: str, model: BaseChatModel, timeout: float) -> Callable[[], An
         llm = budgeted_model(model)
         return lambda: _graph(lambda: llm.ainvoke("count"), timeout=timeout).ainvoke({})
     agent = create_agent(model, [orders], middleware=[DeadlineMiddleware(timeout=timeout)])
+    if way == "middleware-astream":  # the agent's own stream, as a chat UI reads it
+        return lambda: _last_state(agent.astream(ask(), stream_mode="values"))
     return lambda: agent.ainvoke(ask())
 
 
-WAYS = ["node", "budgeted_model", "middleware"]
+async def _last_state(states: AsyncIterator[Any]) -> Any:
+    last = None
+    async for state in states:
+        last = state
+    return last
+
+
+WAYS = ["node", "budgeted_model", "middleware", "middleware-astream"]
 
 
 @pytest.mark.anyio
