@@ -73,8 +73,10 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       its `timeout` again; its handoffs carry the deadline and its records to the parent; it
       leaves `completed` to the parent, which learns a `deadline_exceeded`.
     - A model call gets `min(model_cap, remaining - reserve)`, is cancelled at it (async: the
-      HTTP stream is closed, SDK retries included) and LangChain's OpenAI models also get it as
-      the request `timeout`. With `tokens_per_second`, `max_tokens` is cut to what fits; given
+      HTTP stream is closed, SDK retries included) and models whose SDK takes a per-request
+      timeout (OpenAI's, Anthropic's, Gemini's, ...) also get it as theirs. With
+      `tokens_per_second`, `max_tokens` is cut to what fits, under the name the model's
+      provider takes (none, and one warning, for a family not known); given
       `learned(book)`, the model's time to first token and output rate are learned per model
       id from its streamed calls, and `max_tokens` is what fits after a slow first token at a
       slow day's rate (your own `max_tokens` stays the most). Without `tokens_per_second`, a

@@ -106,11 +106,15 @@ def timing_for(model: object, rate: Rate | None) -> StreamTiming | None:
 
 
 def _says_something(token: Any, chunk: Any) -> bool:
-    """A chunk with text or a piece of a tool call (not the empty opening or closing one)."""
+    """A chunk with text or a piece of a tool call (not the empty opening or closing one). Its
+    text may be in content blocks (Anthropic's, with tools bound), not in `token`."""
     if isinstance(token, str) and token:
         return True
     message = getattr(chunk, "message", None)
-    return bool(getattr(message, "tool_call_chunks", None))
+    if getattr(message, "tool_call_chunks", None):
+        return True
+    text = getattr(message, "text", None) if isinstance(token, list) else None
+    return isinstance(text, str) and bool(text)
 
 
 def _output_tokens(response: LLMResult) -> int | None:
