@@ -21,7 +21,11 @@ def test_max_tokens_are_cut_to_what_the_budget_can_stream_never_raised() -> None
     assert provider_options(object(), 2.0, tokens_per_second=50, max_tokens=10) == {
         "max_tokens": 10
     }
-    assert provider_options(object(), 0.001, tokens_per_second=50) == {"max_tokens": 1}
+    # too little time for an answer: no limit from the budget (cut at it, as without a rate)
+    assert provider_options(object(), 0.2, tokens_per_second=50) == {}
+    assert provider_options(object(), 0.24, tokens_per_second=50) == {"max_tokens": 12}
+    # never more than the fastest plausible rate streams, whatever rate was given
+    assert provider_options(object(), 1.0, tokens_per_second=1e6) == {"max_tokens": 2000}
 
 
 def test_the_limit_in_force_is_the_calls_else_the_models() -> None:
