@@ -19,7 +19,9 @@ from langchain_core.runnables.configurable import DynamicRunnable
 from .._learn.policy import Learned
 
 __all__ = [
+    "FASTEST_TOKENS_PER_SECOND",
     "LENGTH_HINT",
+    "MIN_ANSWER_TOKENS",
     "PROVIDERS",
     "WORDS_PER_TOKEN",
     "CallOptions",
@@ -258,10 +260,30 @@ def check_rate(value: object, name: str = "tokens_per_second") -> Rate | None:
     return rate
 
 
+MIN_ANSWER_TOKENS: Final = 12
+"""The fewest output tokens a budget sets as `max_tokens` (about 9 words, one short sentence).
+Fewer are no answer (a limit of 1 answers "Your "): a call whose time fits fewer gets no limit
+from its budget, as without a rate, so that cut at its budget it closes the run in words, its
+partial answer and the tools' findings with it, instead of completing with a stub."""
+
+FASTEST_TOKENS_PER_SECOND: Final = 2000.0
+"""The most tokens a second a budget's `max_tokens` counts on, whatever rate was given or
+learned (the fastest hosted models stream about this many): a rate learned from a burst of
+tokens that came in one read would otherwise ask for thousands of tokens the time cannot
+stream."""
+
+
 def _tokens_within(model: object, budget: float, rate: Rate) -> int | None:
+    """The `max_tokens` that fits `budget` at `rate`, at most what `FASTEST_TOKENS_PER_SECOND`
+    streams; None when it is cold, or below `MIN_ANSWER_TOKENS`."""
     if isinstance(rate, Learned):
-        return rate.tokens_within(model_id(model), budget)
-    return max(1, int(budget * rate))
+        fits = rate.tokens_within(model_id(model), budget)
+        if fits is None:
+            return None
+    else:
+        fits = int(budget * rate)
+    fits = min(fits, int(budget * FASTEST_TOKENS_PER_SECOND))
+    return fits if fits >= MIN_ANSWER_TOKENS else None
 
 
 def settings_max_tokens(model: object, settings: Mapping[str, Any]) -> int | None:

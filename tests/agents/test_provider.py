@@ -81,7 +81,18 @@ def test_the_limit_goes_under_the_name_each_family_takes() -> None:
     # Bedrock: inside the call's own inferenceConfig, which replaces the model's
     told = call_options(_bedrock(), 2.0, {"inferenceConfig": {"topP": 0.5}}, tokens_per_second=50)
     assert told.options == {"inferenceConfig": {"topP": 0.5, "maxTokens": 100}}
-    assert call_options(_bedrock(), 0.001, {}, tokens_per_second=50).options == {"maxTokens": 1}
+    assert call_options(_bedrock(), 0.24, {}, tokens_per_second=50).options == {"maxTokens": 12}
+
+
+def test_too_little_time_for_an_answer_sets_no_limit_and_a_fast_rate_is_bounded() -> None:
+    model = ChatOpenAI(api_key=SecretStr("t"))
+
+    def limit(budget: float, rate: float) -> object:
+        return call_options(model, budget, {}, tokens_per_second=rate).options.get("max_tokens")
+
+    assert limit(0.2, 50) is None  # 10 tokens: no answer; cut at its budget, as without a rate
+    assert limit(0.24, 50) == 12
+    assert limit(1.0, 1e6) == 2000  # never more than the fastest plausible rate streams
 
 
 def test_the_limit_in_force_is_read_under_the_familys_name_and_never_raised() -> None:
