@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from . import (
+    agent_book,
     agents,
     fallback,
     hedge,
@@ -31,6 +32,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "tools": tools.run,
     "http": http_overhead.run,
     "agents": agents.run,
+    "agent_book": agent_book.run,
     "load": load.run,
     "learned": learned.run,
     "fallback": fallback.run,

@@ -133,6 +133,10 @@ def test_testing_kit_surface() -> None:
     assert set(langgraph_deadline.testing.__all__) == {
         "ChatReply",
         "Clock",
+        "FakeAnthropicServer",
+        "FakeBedrockServer",
+        "FakeGeminiServer",
+        "FakeOllamaServer",
         "FakeOpenAIServer",
         "ManualClock",
         "RecordingServer",

@@ -26,7 +26,6 @@ from langchain_core.messages import AIMessage
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
-from .._core.context import current_deadline
 from .._core.deadline import Deadline, earliest
 from .._core.moved import renamed, renamed_property
 from .._core.record import child_records
@@ -55,7 +54,7 @@ from .run import (
 from .seams import ToolHook
 from .settings import MiddlewareSettings
 from .tool_calls import ToolResult, tool_plan, tool_result
-from .turn import handed_on, in_parent_graph, turn_in_progress
+from .turn import deadline_around, handed_on, in_parent_graph, turn_in_progress
 
 __all__ = ["DeadlineAgentState", "DeadlineMiddleware"]
 
@@ -73,14 +72,19 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       its `timeout` again; its handoffs carry the deadline and its records to the parent; it
       leaves `completed` to the parent, which learns a `deadline_exceeded`.
     - A model call gets `min(model_cap, remaining - reserve)`, is cancelled at it (async: the
-      HTTP stream is closed, SDK retries included) and LangChain's OpenAI models also get it as
-      the request `timeout`. With `tokens_per_second`, `max_tokens` is cut to what fits; given
+      HTTP stream is closed, SDK retries included) and models whose SDK takes a per-request
+      timeout (OpenAI's, Anthropic's, Gemini's, ...) also get it as theirs. With
+      `tokens_per_second`, `max_tokens` is cut to what fits, under the name the model's
+      provider takes (none, and one warning, for a family not known); given
       `learned(book)`, the model's time to first token and output rate are learned per model
       id from its streamed calls, and `max_tokens` is what fits after a slow first token at a
       slow day's rate (your own `max_tokens` stays the most). Without `tokens_per_second`, a
       book attached to the agent (`book`, the book of a learned tool cap, or the run's
       under `with_deadlines(book=)`) does the same by default, as for `budgeted_model`: its
-      p90 once it holds 10 streamed calls of the model (`learned_max_tokens=False`: off).
+      p90 once it holds 10 streamed calls of the model (`learned_max_tokens=False`: off). A
+      call whose time fits fewer than 12 tokens gets no `max_tokens` (cut at its budget, the
+      agent ends in words, as without a book). Under `with_deadlines(book=)` the agent runs
+      against the run's deadline, not its first node's budget.
       When the budget sets `max_tokens`, the model is also told its length (a line at the end
       of the system message, as for `budgeted_model`: it writes a shorter, whole answer rather
       than being cut mid-sentence; `length_hint=False` leaves the system message as it is).
@@ -252,6 +256,8 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def before_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any]:
         """A fresh deadline for this run; the thread's previous outcome and trace are cleared.
 
+        Under `with_deadlines`, the run's deadline: not this node's own budget (`deadline_around`),
+        which is shortened by the time kept back for the model and tool calls after it.
         An agent handed a user turn in progress (a swarm handoff, a supervisor's delegation)
         joins that turn's deadline instead: `timeout` is not started again.
         """
@@ -259,7 +265,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         run = values.get(RUN) or {}
         carried = turn_in_progress(values, run.get("at"))
         if carried is not None:
-            d = earliest(carried, current_deadline())
+            d = earliest(carried, deadline_around())
             at = None if d is None else d.timestamp
             # the outcome stays (a turn that ran out stays so); the trace here is this agent's
             return {
@@ -272,7 +278,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         mine = stamped is None or stamped == run.get("at") or nested
         given = None if mine else deadline_from_state(values)
         own = None if self.timeout is None else Deadline.after(self.timeout)
-        d = earliest(given, current_deadline(), own)
+        d = earliest(given, deadline_around(), own)
         at = None if d is None else d.timestamp
         return {**fresh_run_update(at), RUN: run_started(at, self.settings.reserve, nested=nested)}
 

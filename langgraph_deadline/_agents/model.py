@@ -2,10 +2,10 @@
 
 A model call is a step of kind `"model"`: its budget is `min(cap, remaining - reserve)`, it does
 not start below `min_viable` (no request, no tokens), and it is cancelled at its budget, which in
-async code closes the HTTP stream. The provider also learns the budget: LangChain's OpenAI
-models (`ChatOpenAI`, `AzureChatOpenAI` and the others built on `BaseChatOpenAI`) get it as the
-OpenAI SDK's per-request `timeout`. Sync calls run on a worker thread that cannot be killed; for
-them a callback stops a token stream at its first chunk past the deadline.
+async code closes the HTTP stream. The provider also learns the budget: models whose SDK takes a
+per-request `timeout` get it as theirs (`provider.py` knows which). Sync calls run on a worker
+thread that cannot be killed; for them a callback stops a token stream at its first chunk past
+the deadline.
 
 Model fallback that knows the clock: a chain is the main model and its fallbacks, in order.
 Before a call, each model is planned against the deadline like any model step; the first that
@@ -54,15 +54,7 @@ from .._graph.seams import PASSTHROUGH
 from .._graph.streams import stopping_streams, watching_streams
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
-from .provider import (
-    Rate,
-    budget_tokens,
-    call_options,
-    check_rate,
-    model_id,
-    settings_max_tokens,
-    with_length_hint,
-)
+from .provider import Rate, call_options, check_rate, model_id, with_length_hint
 from .timing import StreamTiming, book_rate, timing_for
 
 __all__ = [
@@ -492,14 +484,12 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         model = choice.model
         run = run_from_config(cfg)
         rate = book_rate(choice.rate, None if run is None else run.book)  # by default
-        options = call_options(model, plan.budget, kwargs, tokens_per_second=rate)
-        if self._limits.length_hint:
-            tokens = budget_tokens(options, settings_max_tokens(model, kwargs))
-            if tokens is not None:
-                input = with_length_hint(input, tokens)
+        told = call_options(model, plan.budget, kwargs, tokens_per_second=rate)
+        if self._limits.length_hint and told.tokens is not None:
+            input = with_length_hint(input, told.tokens)
         timing = timing_for(model, rate)
         call_cfg = cfg if timing is None else merge_configs(cfg, {"callbacks": [timing]})
-        return model, input, {**kwargs, **options}, call_cfg, timing
+        return model, input, {**kwargs, **told.options}, call_cfg, timing
 
     async def ainvoke(
         self, input: LanguageModelInput, config: RunnableConfig | None = None, **kwargs: Any
@@ -579,8 +569,9 @@ def budgeted_model(
     `deadline_scope`). Below `min_viable` the call is refused before any request is made; past
     its budget it is cancelled (async: the HTTP stream is closed; sync: the worker thread is
     abandoned, and a token stream stops at its next chunk) and `DeadlineExceeded` is raised. The
-    call's `StepRecord` (kind `"model"`) joins the node's trace. LangChain's OpenAI models also
-    get the budget as the SDK's request `timeout`. Works on a model with tools bound, too.
+    call's `StepRecord` (kind `"model"`) joins the node's trace. Models whose SDK takes a
+    per-request timeout (OpenAI's, Anthropic's, Gemini's, ...) also get the budget as theirs.
+    Works on a model with tools bound, with structured output, or configurable, too.
 
     `fallbacks` (opt-in) are faster models to answer instead, inside the same deadline. A call
     goes to the first model of `[model, *fallbacks]` that can start (its `min_viable` fits)
@@ -597,7 +588,9 @@ def budgeted_model(
     "reason": why}`.
 
     `tokens_per_second` cuts each call's `max_tokens` to what its budget can stream (never above
-    a `max_tokens` the model or call already has). Given `learned(book, quantile=0.9)`, the
+    a limit the model or call already has), under the name its provider takes (Ollama's
+    `num_predict`, Gemini's `max_output_tokens`, ...; a model of a family not known gets none,
+    and one warning per class). Given `learned(book, quantile=0.9)`, the
     model's time to first token and seconds per token are learned per model id from its calls
     (which then stream), and `max_tokens` is what fits in the budget after the learned
     `quantile` of time to first token, at the learned `quantile` of seconds per token; until

@@ -25,7 +25,7 @@ from .._graph.streams import (
 from .closing import give_up
 from .model import MIN_SAMPLES
 from .note import budget_note, tool_times, with_note
-from .provider import Rate, budget_tokens, call_options, length_hint, settings_max_tokens
+from .provider import Rate, call_options, length_hint
 from .run import entry_keeps_trace, tell_ended
 from .settings import MiddlewareSettings
 from .timing import StreamTiming, book_rate, timing_for
@@ -83,16 +83,14 @@ def with_budget(
         times = tool_times(settings.book, request.tools, min_samples=MIN_SAMPLES)
         request = with_note(request, budget_note(plan.remaining, times))
     model_settings = request.model_settings
-    options = call_options(
+    told = call_options(
         request.model, plan.budget, model_settings, tokens_per_second=call_rate(settings)
     )
-    if not options:
+    if not told.options:
         return request
-    if settings.length_hint:
-        tokens = budget_tokens(options, settings_max_tokens(request.model, model_settings))
-        if tokens is not None:
-            request = with_note(request, length_hint(tokens))
-    return request.override(model_settings={**model_settings, **options})
+    if settings.length_hint and told.tokens is not None:
+        request = with_note(request, length_hint(told.tokens))
+    return request.override(model_settings={**model_settings, **told.options})
 
 
 class Ears(NamedTuple):

@@ -4,7 +4,11 @@ per output token, keyed by model id, so `max_tokens` can follow the time left.
 A `StreamTiming` is a callback handler made for one call, just before it starts; the wrapper
 that made it calls `close` once the call ended. A call cut before its first token is a
 censored sample of time to first token ("longer than this"); one cut mid-stream still tells its
-rate. A call that failed before its first token teaches nothing. It also makes the call stream
+rate. A call that failed before its first token teaches nothing. The rate is read from the
+tokens after the stream's first read (the first tokens often come in one read, a few
+microseconds apart: they say nothing of how fast the next ones come), and only from a stream
+with at least `RATE_TOKENS` of them: ten two-token answers would otherwise teach a rate of
+thousands of tokens a second. It also makes the call stream
 (it has the shape LangChain looks for to stream a model's `invoke`, as LangGraph's "messages"
 stream mode does): the answer is the same, and only a streamed call has a first token.
 """
@@ -24,9 +28,15 @@ from .._learn.book import FIRST_TOKEN, PER_TOKEN, LatencyBook
 from .._learn.policy import Learned, learned
 from .provider import Rate, model_id
 
-__all__ = ["RUN_RATE", "StreamTiming", "book_rate", "timing_for"]
+__all__ = ["RATE_TOKENS", "RUN_RATE", "StreamTiming", "book_rate", "timing_for"]
 
 T = TypeVar("T")
+
+RATE_TOKENS: Final = 4
+"""The fewest tokens after its first read a stream learns a rate from (see the module)."""
+_SAME_READ: Final = 0.001
+"""Seconds between two tokens under which the second came in the same read as the first: a
+read's tokens are handed on one after the other, tens of microseconds apart."""
 
 
 class StreamTiming(BaseCallbackHandler):
@@ -39,6 +49,8 @@ class StreamTiming(BaseCallbackHandler):
         self.name = name
         self.started = time.perf_counter()
         self.first: float | None = None
+        self.read = 0.0  # when the last token of the stream's first read came
+        self.burst = 0  # the tokens of that first read
         self.last = 0.0
         self.tokens = 0
         self.usage: int | None = None
@@ -50,6 +62,9 @@ class StreamTiming(BaseCallbackHandler):
         now = time.perf_counter()
         if self.first is None:
             self.first = now
+        if self.tokens == self.burst and (self.burst == 0 or now - self.last < _SAME_READ):
+            self.read = now  # still the first read
+            self.burst += 1
         self.tokens += 1
         self.last = now
 
@@ -74,9 +89,11 @@ class StreamTiming(BaseCallbackHandler):
                 self.book.record(FIRST_TOKEN, self.name, elapsed, censored=True)
             return
         self.book.record(FIRST_TOKEN, self.name, first - self.started)
-        count = self.usage if self.usage and not cut else self.tokens
-        if count >= 2 and self.last > first:
-            self.book.record(PER_TOKEN, self.name, (self.last - first) / (count - 1))
+        later = self.tokens - self.burst  # the tokens after the first read, as heard
+        if self.usage and not cut:  # as the provider counts them (a chunk may hold several)
+            later = round(later * self.usage / self.tokens)
+        if later >= RATE_TOKENS and self.last > self.read:
+            self.book.record(PER_TOKEN, self.name, (self.last - self.read) / later)
 
 
 def book_rate(rate: Rate | None, book: object) -> Rate | None:
@@ -106,11 +123,15 @@ def timing_for(model: object, rate: Rate | None) -> StreamTiming | None:
 
 
 def _says_something(token: Any, chunk: Any) -> bool:
-    """A chunk with text or a piece of a tool call (not the empty opening or closing one)."""
+    """A chunk with text or a piece of a tool call (not the empty opening or closing one). Its
+    text may be in content blocks (Anthropic's, with tools bound), not in `token`."""
     if isinstance(token, str) and token:
         return True
     message = getattr(chunk, "message", None)
-    return bool(getattr(message, "tool_call_chunks", None))
+    if getattr(message, "tool_call_chunks", None):
+        return True
+    text = getattr(message, "text", None) if isinstance(token, list) else None
+    return isinstance(text, str) and bool(text)
 
 
 def _output_tokens(response: LLMResult) -> int | None:

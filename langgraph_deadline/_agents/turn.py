@@ -11,11 +11,12 @@ from typing import Any, Final, TypeVar, cast
 from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.types import Command, Overwrite
 
+from .._core.context import current_scopes
 from .._core.deadline import Deadline
 from .._graph.seams import running_config
 from .._graph.state import deadline_from_state
 
-__all__ = ["handed_on", "in_parent_graph", "turn_in_progress"]
+__all__ = ["deadline_around", "handed_on", "in_parent_graph", "turn_in_progress"]
 
 T = TypeVar("T")
 
@@ -29,6 +30,22 @@ def in_parent_graph() -> bool:
     config = running_config() or {}
     namespace = config.get("configurable", {}).get("checkpoint_ns") or ""
     return _NS_SEP in str(namespace)
+
+
+def deadline_around() -> Deadline | None:
+    """The deadline in context around the node this runs in, for the agent's own deadline.
+
+    Under `with_deadlines` the innermost scope is the node's own step (the agent's first node,
+    `before_agent`): its budget is that node's cap, less what it keeps back for the nodes after
+    it (the agent's model and tool calls), and is not the agent's to run against. The scopes
+    outside it are: a parent node's budget, a `deadline_scope` around the run."""
+    frames = current_scopes()
+    if not frames:
+        return None
+    node = ((running_config() or {}).get("metadata") or {}).get("langgraph_node")
+    if node is not None and frames[-1].name == node:
+        frames = frames[:-1]
+    return frames[-1].effective if frames else None
 
 
 def turn_in_progress(state: Mapping[str, Any], own_stamp: float | None) -> Deadline | None:

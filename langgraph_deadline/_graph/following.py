@@ -8,7 +8,10 @@ node's `Command` destinations. Error handlers are left out: they run only when a
 
 For each node, its paths: the node sequences that can follow it, each ending at END or where
 the next step would be a node already on the path (a loop counts once: after `tools` in an
-agent loop, `model`; after `model`, `tools`). Parallel branches are separate paths, so they
+agent loop, `model`). A path that can only go round back to the node it starts from (after
+`model`, `tools`, which leads only back to `model`) is not one of that node's: it decides again
+each time round, and may end the loop now (`_round`; an entrypoint's tasks, whose way out is
+not known, keep theirs). Parallel branches are separate paths, so they
 count as the longest of them; a path whose nodes are all on a longer one is dropped (it never
 costs more). A graph with more than `_MOST_PATHS` paths from a node (none of the common
 shapes) gets one path instead: every node reachable from it, each once.
@@ -59,7 +62,7 @@ def paths_after(builder: StateGraph[Any, Any, Any, Any]) -> dict[str, tuple[Path
     for name, spec in builder.nodes.items():
         for target in spec.ends or ():
             link(name, target)
-    return {name: _paths(name, after) for name in sorted(nodes)}
+    return {name: _paths(name, after, rounds=False) for name in sorted(nodes)}
 
 
 _TOUCHING: Final = 0.001  # a step that starts within 1 ms before another ends still follows it
@@ -136,7 +139,9 @@ def past_followers(book: Timings, entrypoint: str) -> PastFollowers:
     return kept.setdefault(entrypoint, PastFollowers())
 
 
-def _paths(start: str, after: dict[str, set[str]]) -> tuple[Path, ...]:
+def _paths(start: str, after: dict[str, set[str]], *, rounds: bool = True) -> tuple[Path, ...]:
+    """`start`'s paths (see the module); `rounds=False`: without those that can only go round
+    back to `start` (`_round`)."""
     found: list[Path] = []
     stack: list[tuple[str, Path]] = [(start, ())]
     while stack:
@@ -144,13 +149,22 @@ def _paths(start: str, after: dict[str, set[str]]) -> tuple[Path, ...]:
         seen = {start, *path}
         nexts = sorted(n for n in after.get(node, ()) if n != END and n not in seen)
         if not nexts:
-            if path:
+            if path and (rounds or not _round(start, after.get(node, ()))):
                 found.append(path)
             if len(found) > _MOST_PATHS:
                 return (_reachable(start, after),)
             continue
         stack.extend((n, (*path, n)) for n in reversed(nexts))
     return _longest_only(found)
+
+
+def _round(start: str, nexts: Collection[str]) -> bool:
+    """A path whose last node leads only back round to `start` (never to END): a loop that
+    `start` runs again after, deciding again each time round whether to take it. `start` keeps
+    nothing back for it: an agent's model call may be its final answer, with no tools step
+    after it, and cut for one it would end the run; when it does call tools, it is short, and
+    the tools node keeps back the next model call's time in turn."""
+    return start in nexts and END not in nexts
 
 
 def _reachable(start: str, after: dict[str, set[str]]) -> Path:

@@ -2,7 +2,9 @@
 real `SystemClock`, a `ManualClock` that moves only when told) and loopback servers that report
 what they saw (was the connection closed? how many tokens were sent after the deadline?).
 
-`FakeOpenAIServer` needs the `asgi` extra (starlette, uvicorn); it is imported on first use.
+The chat servers -- `FakeOpenAIServer`, `FakeAnthropicServer`, `FakeOllamaServer`,
+`FakeGeminiServer`, `FakeBedrockServer`, one core, each in its provider's wire protocol -- need
+the `asgi` extra (starlette, uvicorn); they are imported on first use.
 """
 
 import importlib
@@ -13,13 +15,21 @@ from ._quiet import RecordingServer, assert_nothing_sent_after, await_nothing_se
 from ._slow_server import ServedRequest, SlowServer
 
 if TYPE_CHECKING:
+    from ._anthropic_server import FakeAnthropicServer
+    from ._bedrock_server import FakeBedrockServer
     from ._chat_record import ServedChatRequest
     from ._chat_script import ChatReply, ScriptedToolCall
+    from ._gemini_server import FakeGeminiServer
+    from ._ollama_server import FakeOllamaServer
     from ._openai_server import FakeOpenAIServer
 
 __all__ = [
     "ChatReply",
     "Clock",
+    "FakeAnthropicServer",
+    "FakeBedrockServer",
+    "FakeGeminiServer",
+    "FakeOllamaServer",
     "FakeOpenAIServer",
     "ManualClock",
     "RecordingServer",
@@ -34,6 +44,10 @@ __all__ = [
 
 _LAZY = {
     "ChatReply": "_chat_script",
+    "FakeAnthropicServer": "_anthropic_server",
+    "FakeBedrockServer": "_bedrock_server",
+    "FakeGeminiServer": "_gemini_server",
+    "FakeOllamaServer": "_ollama_server",
     "FakeOpenAIServer": "_openai_server",
     "ScriptedToolCall": "_chat_script",
     "ServedChatRequest": "_chat_record",

@@ -93,7 +93,7 @@ async def test_max_tokens_follows_the_time_left_once_the_model_is_learned(
         await llm.ainvoke("count", max_tokens=3)
     assert counting.requests[-1].max_tokens == 3  # cold: the caller's own limit, nothing else
     assert counting.requests[-1].stream
-    await _warm(llm, book, 4)
+    await _warm(llm, book, 5)  # three tokens are too few to tell a rate from: five more calls
 
     per_token = book.sketch("gpt-fake", PER_TOKEN).quantile(0.99)
     assert per_token is not None and 0.8 * TICK < per_token.seconds < 3 * TICK
@@ -294,7 +294,7 @@ async def test_a_model_told_its_length_answers_whole_sentences_before_the_deadli
     assert _system(obeying) is None and obeying.requests[-1].max_tokens == 5
 
     # turned off: the messages as given, the answer cut at max_tokens mid-sentence
-    quiet = budgeted_model(plain_chat(obeying), tokens_per_second=10.0, length_hint=False)
+    quiet = budgeted_model(plain_chat(obeying), tokens_per_second=20.0, length_hint=False)
     async with deadline_scope(budget):
         cut = await quiet.ainvoke("Write.")
     assert _system(obeying) is None

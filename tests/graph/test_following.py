@@ -116,7 +116,7 @@ def test_a_conditional_edge_leads_to_each_end_it_declares() -> None:
     assert paths["polish"] == (("answer",),)
 
 
-def test_a_loop_counts_once() -> None:
+def test_a_loop_counts_once_and_its_head_keeps_nothing_back_for_going_round() -> None:
     def again(state: S) -> Literal["work", "answer"]:
         return "answer"
 
@@ -129,17 +129,20 @@ def test_a_loop_counts_once() -> None:
     b.add_edge("answer", END)
     paths = paths_after(b)
     assert paths["work"] == (("check", "answer"),)
-    assert paths["check"] == (("answer",), ("work",))
+    # `check` decides each time round whether to loop: `work` leads only back to it
+    assert paths["check"] == (("answer",),)
 
 
-def test_create_agents_model_and_tools_each_leave_room_for_the_other() -> None:
+def test_create_agents_tools_leave_room_for_the_model_and_the_model_none_for_tools() -> None:
+    """A model call may be the final answer: no tools step follows it (issue 46)."""
+
     @tool
     def search(query: str) -> str:
         """Search."""
         return query
 
     agent = create_agent(openai_chat(FakeOpenAIServer()), [search])
-    assert paths_after(agent.builder) == {"model": (("tools",),), "tools": (("model",),)}
+    assert paths_after(agent.builder) == {"model": (), "tools": (("model",),)}
 
 
 # -- the keep-back, in the step records -------------------------------------------------------

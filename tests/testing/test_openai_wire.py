@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
-from langgraph_deadline.testing._openai_server import parse_body
+from langgraph_deadline.testing._chat_server import parse_body
 
 MARGIN = 0.5  # generous: a loaded 2-core machine
 
