@@ -52,8 +52,8 @@ CONCURRENCY = 8
 MAX_COPIES = 3  # the table holds this many draws per call (a peer may send a request again)
 WARM_CALLS = 200
 DEADLINE_S = 0.1
-BUDGET = Hedge(after=1.0).budget  # our default; the peers' "5 %" rows are held to it
-PEERS_BUDGET = 0.1  # the peers' READMEs' budget (p90, 10 %): our row at their settings
+MAX_EXTRA = Hedge(after=1.0).max_extra  # our default; the peers' "5 %" rows are held to it
+PEERS_MAX_EXTRA = 0.1  # the peers' READMEs' share (p90, 10 %): our row at their settings
 OUTAGE = (0.3, 0.7)  # the share of calls, from and to, whose every request is 10x
 TARGET_P99_RATIO = 1.5  # hedged p99 / unhedged p95
 TARGET_EXTRA_PCT = 5.0
@@ -188,11 +188,11 @@ def _inner() -> httpx.AsyncHTTPTransport:
 
 
 def _ours() -> Hedge:
-    return Hedge(book=LatencyBook())  # the defaults: p95, a 5 % budget (`BUDGET`)
+    return Hedge(book=LatencyBook())  # the defaults: p95, at most 5 % extra (`max_extra`)
 
 
 def _ours_as_peers() -> Hedge:
-    return Hedge(book=LatencyBook(), quantile=0.9, budget=PEERS_BUDGET)
+    return Hedge(book=LatencyBook(), quantile=0.9, max_extra=PEERS_MAX_EXTRA)
 
 
 def _variants() -> list[Variant]:
@@ -226,7 +226,7 @@ def _hedge_python() -> list[Variant]:
         Variant("hedge-python 0.3 (README: p90, budget 10 %)", transport=made(), peer=True),
         Variant(
             "hedge-python 0.3 (p90, budget 5 %)",
-            transport=made(budget_percent=100 * BUDGET),
+            transport=made(budget_percent=100 * MAX_EXTRA),
             peer=True,
         ),
     ]
@@ -244,7 +244,7 @@ def _httpx_hedged() -> list[Variant]:
         ),
         Variant(
             "httpx-hedged 0.5 (p90, budget 5 %, breaker)",
-            transport=made(budget_percent=100 * BUDGET),
+            transport=made(budget_percent=100 * MAX_EXTRA),
             peer=True,
         ),
     ]
@@ -450,7 +450,7 @@ def _report(
     if workload.outage:
         share = 100.0 * ours.extra_outage[0] / (hi - lo)
         checks.append(
-            Check(f"hedge {short}: extra requests in the outage", share, 100 * BUDGET, " %")
+            Check(f"hedge {short}: extra requests in the outage", share, 100 * MAX_EXTRA, " %")
         )
         return table, checks, figures
     p99 = percentile(ours.latencies, 99)
@@ -478,7 +478,7 @@ def _report(
         ),
     ]
     peers = {v.name: got[v.name] for v in variants if v.peer and v.name in got}
-    for row, load in ((ours, TARGET_EXTRA_PCT), (got.get(variants[2].name), 100 * PEERS_BUDGET)):
+    for row, load in ((ours, TARGET_EXTRA_PCT), (got.get(variants[2].name), 100 * PEERS_MAX_EXTRA)):
         if row is not None:
             checks += _against_peers(short, row, peers, load, n)
     return table, checks, figures

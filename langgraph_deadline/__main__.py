@@ -176,6 +176,15 @@ def _report(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     print(text)
     print()
     print(format_learned(trace))
+    if args.plot is not None and not trace.runs:
+        print(
+            f"\nlanggraph-deadline report: --plot draws one run, and this trace has none: its "
+            f"{len(trace.loose)} step records ran outside any run (under deadline_scope, not in "
+            "a with_deadlines graph or an agent under DeadlineMiddleware). Nothing was drawn; "
+            "the table above is the report, and --plot-steps draws its steps.",
+            file=sys.stderr,
+        )
+        return 1
     if args.plot is not None:
         try:
             run = trace.run(args.run)

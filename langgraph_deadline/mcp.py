@@ -5,7 +5,7 @@ from langchain_mcp_adapters.client import MultiServerMCPClient
 from langgraph_deadline.mcp import mcp_tools
 
 client = MultiServerMCPClient({"docs": {"transport": "streamable_http", "url": url}})
-async with mcp_tools(client, default=5.0, caps={"search": 3.0}) as tools:
+async with mcp_tools(client, default_cap=5.0, caps={"search": 3.0}) as tools:
     agent = create_agent(model, tools, middleware=[DeadlineMiddleware(timeout=20.0)])
     await agent.ainvoke({"messages": [("user", "...")]})
 ```

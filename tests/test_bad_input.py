@@ -251,6 +251,24 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         r"min_viable\['a'\] \(2 s\) is more than default_cap \(1 s\)",
     ),
     (
+        "a node's min_viable that fits the timeout, but not with the reserve",
+        lambda: with_deadlines(_builder(), timeout=1.0, reserve=0.5, min_viable={"a": 0.8}),
+        ValueError,
+        r"^min_viable\['a'\] \(0.8 s\) plus reserve \(0.5 s\) is more than timeout \(1 s\)",
+    ),
+    (
+        "a node's min_viable above the timeout, no reserve",
+        lambda: with_deadlines(_builder(), timeout=1.0, min_viable={"a": 2}),
+        ValueError,
+        r"^min_viable\['a'\] \(2 s\) is more than timeout \(1 s\): it could never start",
+    ),
+    (
+        "the middleware's model_min_viable that fits the timeout, but not with the reserve",
+        lambda: DeadlineMiddleware(timeout=1.0, reserve=0.5, model_min_viable=0.8),
+        ValueError,
+        r"^model_min_viable \(0.8 s\) plus reserve \(0.5 s\) is more than timeout \(1 s\)",
+    ),
+    (
         "a node capped at 0",
         lambda: with_deadlines(_builder(), caps={"a": 0}),
         ValueError,

@@ -1,4 +1,4 @@
-"""Every ```python block in README.md and docs/ runs as written.
+"""Every ```python block in README.md and docs/ runs as written, and pastes as written.
 
 A page is read like a notebook: its blocks run in order in one fresh namespace (a block may use
 what an earlier block of the same page defined), top-level `await` allowed. A block preceded by
@@ -6,12 +6,20 @@ what an earlier block of the same page defined), top-level `await` allowed. A bl
 repository that shows it complete. A block preceded by `<!-- signature: module.name -->` is a
 signature, compared with the code's by tests/test_docs_signatures.py. Blocks that need a server
 start a loopback one themselves.
+
+A reader pastes a block into `python -m asyncio`, whose console ends a compound statement at a
+blank line and refuses a statement right after one without it: every block must paste as it is
+(checked by feeding it to `code.InteractiveConsole` line by line, as the console reads it).
+A block that is not a program says so in its fence, for the reader too: a file to save (a test
+module, `title="test_x.py"`, the only blocks that may import pytest) or a signature
+(`title="signature (not a program)"`).
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import code
 import dataclasses
 import inspect
 import re
@@ -27,7 +35,8 @@ from langgraph_deadline.instrument import get_observers, set_observers
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[ \t]*$")
+FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)(?:[ \t]+(?P<attrs>[^`]*?))?[ \t]*$")
+TITLE = re.compile(r'\btitle="(?P<title>[^"]*)"')
 MARK = re.compile(r"<!--\s*(?P<kind>fragment|signature)\b:?\s*(?P<target>[^\s>]*)\s*-->")
 
 
@@ -38,6 +47,12 @@ class Block:
     code: str
     fragment_of: str | None  # the complete example a fragment points to ("": names none)
     signature_of: str | None = None  # the function whose signature the block shows
+    title: str | None = None  # the fence's `title="..."`: a file's name, or what the block is
+
+    @property
+    def a_file(self) -> bool:
+        """A file to save (a test module), not lines to paste."""
+        return self.title is not None and self.title.endswith(".py")
 
 
 def blocks(page: Path) -> list[Block]:
@@ -59,7 +74,9 @@ def blocks(page: Path) -> list[Block]:
             code = textwrap.dedent("\n".join(lines[i + 1 : end]))
             fragment_of = target if kind == "fragment" else None
             signature_of = target if kind == "signature" else None
-            found.append(Block(page, i + 1, code, fragment_of, signature_of))
+            titled = TITLE.search(opening["attrs"] or "")
+            title = titled["title"] if titled else None
+            found.append(Block(page, i + 1, code, fragment_of, signature_of, title))
         i = end + 1
     return found
 
@@ -87,6 +104,46 @@ def run_page(page: Path) -> None:
         del sys.modules[name]
 
 
+class _Console(code.InteractiveConsole):
+    """The console of `python -m asyncio` (top-level `await`), compiling what it is fed without
+    running it, and keeping the errors it would show."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.compile.compiler.flags |= ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        self.errors: list[str] = []
+
+    def runcode(self, code: types.CodeType) -> None:
+        pass
+
+    def showsyntaxerror(self, filename: str | None = None, **kwargs: object) -> None:
+        kind, error, _ = sys.exc_info()
+        self.errors.append(f"{getattr(kind, '__name__', kind)}: {error}")
+
+
+def paste_errors(source: str) -> list[str]:
+    """The errors pasting `source` into the console shows, each with the line it came at."""
+    console = _Console()
+    more = False
+    for n, line in enumerate(source.splitlines(), 1):
+        before = len(console.errors)
+        more = console.push(line)
+        console.errors[before:] = [f"line {n}: {e}" for e in console.errors[before:]]
+    if more:
+        console.push("")
+    return console.errors
+
+
+def pasted_blocks() -> list[Block]:
+    """The blocks a reader may paste: every run block but the files to save."""
+    return [
+        b
+        for p in PAGES
+        for b in blocks(p)
+        if b.fragment_of is None and b.signature_of is None and not b.a_file
+    ]
+
+
 @pytest.fixture
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A page writes its files (trace.jsonl, plots) in a scratch directory, and the observers
@@ -108,6 +165,32 @@ def test_every_python_block_of_the_page_runs(page: Path) -> None:
     run_page(page)
 
 
+def test_every_block_a_reader_may_paste_pastes_into_the_console() -> None:
+    refused = {
+        f"{b.page.relative_to(ROOT)}:{b.line}": errors
+        for b in pasted_blocks()
+        if (errors := paste_errors(b.code))
+    }
+    assert refused == {}
+
+
+def test_only_files_to_save_import_pytest() -> None:
+    pasted = [b for b in pasted_blocks() if re.search(r"^\s*(import|from) pytest\b", b.code, re.M)]
+    assert [f"{b.page.relative_to(ROOT)}:{b.line}" for b in pasted] == []
+
+
+def test_a_signature_block_says_it_is_not_a_program() -> None:
+    signatures = [b for p in PAGES for b in blocks(p) if b.signature_of is not None]
+    assert signatures
+    assert [b.line for b in signatures if b.title != "signature (not a program)"] == []
+
+
+def test_the_paste_check_catches_what_the_console_refuses() -> None:
+    assert paste_errors("class A:\n    x = 1\n\n    y = 2\n")  # blank line in a body
+    assert paste_errors("with open('f') as f:\n    pass\nprint(1)\n")  # no blank line after
+    assert paste_errors("x = (\n    1\n)\nif x:\n    await y\n\nprint(x)\n") == []
+
+
 def test_each_fragment_names_a_complete_example_that_exists() -> None:
     fragments = [b for p in PAGES for b in blocks(p) if b.fragment_of is not None]
     missing = [
@@ -124,6 +207,7 @@ def test_the_fence_reader_finds_blocks_and_fragment_markings(tmp_path: Path) -> 
         "text\n\n```python\nx = 1\n```\n\n<!-- fragment: examples/quickstart.py -->\n"
         "```python\ny = await z\n```\n\n```bash\nmake demo\n```\n\n- item\n\n    ```python\n"
         "    w = 2\n    ```\n<!-- fragment -->\n```python\nv\n```\n"
+        '```python title="test_x.py"\nimport pytest\n```\n'
     )
     found = blocks(page)
     assert [(b.line, b.code, b.fragment_of) for b in found] == [
@@ -131,7 +215,10 @@ def test_the_fence_reader_finds_blocks_and_fragment_markings(tmp_path: Path) -> 
         (8, "y = await z", "examples/quickstart.py"),
         (18, "w = 2", None),
         (22, "v", ""),  # a bare marking: skipped, and refused for naming no example
+        (25, "import pytest", None),
     ]
+    assert [b.title for b in found] == [None, None, None, None, "test_x.py"]
+    assert found[-1].a_file
 
 
 def test_the_readme_links_to_a_complete_quickstart_example() -> None:

@@ -558,7 +558,7 @@ def budgeted_model(
     name: str | None = None,
     fallbacks: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
     book: LatencyBook | None = None,
-    quantile: float = 0.9,
+    fallback_quantile: float = 0.9,
     tokens_per_second: float | Learned | None = None,
     idle_cap: float | Learned | None = None,
     length_hint: bool = True,
@@ -574,9 +574,10 @@ def budgeted_model(
     Works on a model with tools bound, with structured output, or configurable, too.
 
     `fallbacks` (opt-in) are faster models to answer instead, inside the same deadline. A call
-    goes to the first model of `[model, *fallbacks]` that can start (its `min_viable` fits) and,
-    with a `book`, whose learned `quantile` of answer times fits its budget (known once the book
-    holds 20 samples of that model's steps; the last model is tried whenever it can start).
+    goes to the first model of `[model, *fallbacks]` that can start (its `min_viable` fits)
+    and, with a `book`, whose learned `fallback_quantile` of answer times fits its budget
+    (known once the book holds 20 samples of that model's steps; the last model is tried
+    whenever it can start).
     A model that fails (a provider error, after its SDK's own retries) or is cut at its own cap
     with time left hands the call to the next one that fits; nothing runs past the deadline.
     Each model's steps are named by its model id (`gpt-4o-mini`: the book's key, the same with
@@ -622,7 +623,7 @@ def budgeted_model(
             finite number >= 0;
             `tokens_per_second` or `idle_cap` neither a number > 0 nor `learned(...)`;
             `length_hint` not a bool; `fallbacks` is empty, holds a non-model or two models of
-            one name; `book` without `fallbacks`; `quantile` outside (0, 1).
+            one name; `book` without `fallbacks`; `fallback_quantile` outside (0, 1).
         DeadlineExceeded: (from a call) not started for lack of budget, or cut at its budget.
     """
     if isinstance(model, BudgetedModel):
@@ -642,7 +643,8 @@ def budgeted_model(
         label="fallbacks",
         taken=limits.name,
         book=book,
-        quantile=quantile,
+        quantile=fallback_quantile,
         min_samples=MIN_SAMPLES,
+        quantile_label="fallback_quantile",
     )
     return BudgetedModel(cast("Runnable[LanguageModelInput, Any]", model), limits, chain)

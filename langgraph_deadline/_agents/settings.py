@@ -79,7 +79,7 @@ class MiddlewareSettings:
         check_fits(
             self.timeout,
             reserve=self.reserve,
-            needs={"model_min_viable": self.model_min_viable + self.reserve},
+            needs={"model_min_viable": self.model_min_viable},
         )
         if self.model_cap is not None and self.model_min_viable > self.model_cap:
             raise ValueError(

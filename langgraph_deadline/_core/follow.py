@@ -108,11 +108,30 @@ class Following(StepRule):
         return after if 0.0 < after < budget - self.handoff else 0.0
 
     def held_for(self, held: float) -> str:
-        priced = self._price()
-        return (
-            f"kept back {held:.2f} s for {' -> '.join(priced.path)} "
-            f"(p{self.quantile * 100:g}, with hand-offs)"
-        )
+        """The note of a step that kept back `held` s: for which path, and what each step of it
+        was priced at (its learned quantile, twice its median, its `min_viable`, or nothing yet
+        but the hand-off)."""
+        path = self._price().path
+        bases = [self._basis(step) for step in path]
+        if len(set(bases)) == 1:
+            basis = bases[0]
+        else:
+            basis = "; ".join(f"{step}: {b}" for step, b in zip(path, bases, strict=True))
+        return f"kept back {held:.2f} s for {' -> '.join(path)} ({basis}, with hand-offs)"
+
+    def _basis(self, name: str) -> str:
+        """What `_step` priced a later step at, in words."""
+        book = self.book
+        count = book.count(name, "node")
+        learned, label = 0.0, "no samples yet"
+        if count >= max(_FIRST, self.min_samples):
+            learned = book.seconds_at(name, "node", self.quantile) or 0.0
+            label = f"p{self.quantile * 100:g}"
+        elif count >= _FIRST:
+            learned = (book.seconds_at(name, "node", 0.5) or 0.0) * _COLD_FACTOR
+            label = f"{_COLD_FACTOR:g} x median"
+        floor = self.floors.get(name, 0.0)
+        return "min_viable" if floor > 0.0 and floor >= learned else label
 
     def refusal(self, kind: str, name: str, budget: float) -> str:
         inner = self.inner

@@ -147,8 +147,9 @@ class StepRecord(_PlainData):
     # or which model a fallback model call stood in for
     hedges: int = 0  # extra identical copies started (a hedged read-only tool call)
     winner: int | None = None  # which copy answered a hedged call (0: the first); None: none
-    hedge_held: str | None = None  # why a hedged call's next copy was not started: "budget",
-    # "outage" (its backend slow for everyone: hedging backed off) or "time"; None: none held
+    hedge_held: str | None = None  # why a hedged call's next copy was not started, the first
+    # reason that held it: "budget", "outage" (its backend slow for everyone: hedging backed
+    # off) or "time"; None: none held (`note` counts each reason)
     parent: str | None = None  # the `link` of the step this one ran inside
     held_ms: float | None = None  # kept back from its budget for the steps that follow (`note`
     # names them); None when nothing was

@@ -223,11 +223,12 @@ def check_fits(
     reserve_name: str = "reserve",
 ) -> None:
     """Refuse settings under which every run would fail at once: a `reserve` that takes the
-    whole `timeout`, or a step that needs more than the `timeout` to start. `name` and
-    `reserve_name` are the arguments as the user wrote them (`max_timeout`, `cap`).
+    whole `timeout`, or a step whose need (as the user wrote it) and the `reserve` kept after it
+    are more than the `timeout`. `name` and `reserve_name` are the arguments as the user wrote
+    them (`max_timeout`, `cap`), and so are the keys of `needs`.
 
     Raises:
-        ValueError: naming the setting that cannot fit.
+        ValueError: naming each setting involved, with the value the user gave it.
     """
     if timeout is None:
         return
@@ -237,9 +238,10 @@ def check_fits(
             "no step could run"
         )
     for need_name, need in needs.items():
-        if need > timeout:
+        if need + reserve > timeout:
+            both = f" plus {reserve_name} ({reserve:g} s)" if reserve else ""
             raise ValueError(
-                f"{need_name} ({need:g} s) is more than {name} ({timeout:g} s): "
+                f"{need_name} ({need:g} s){both} is more than {name} ({timeout:g} s): "
                 "it could never start"
             )
 

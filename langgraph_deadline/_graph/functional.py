@@ -22,15 +22,13 @@ from .._core.rules import StepRule, Timings
 from .._core.validate import check_caps_fit, check_fits, check_limit, check_viable, floor_of
 from .following import PastFollowers, past_followers
 from .graph import DeadlineRuns
+from .inputs import without_fields
 from .node import NodeStep
 from .seams import PREVIOUS, runs_on_a_thread, scheduling_with
 from .settings import GraphSettings, NodeSettings
-from .state import fresh_run_update
 from .tasks import TaskBudgets, akept, kept
 
 __all__ = ["DeadlineEntrypoint", "is_entrypoint", "wrap_entrypoint"]
-
-_GRANT_KEYS = frozenset(fresh_run_update(None))
 
 
 def is_entrypoint(graph: object) -> bool:
@@ -70,16 +68,13 @@ class DeadlineEntrypoint(DeadlineRuns, _EntrypointPregel):
         run.resumable = True
         return run, plain if stand_in is input else input, cfg
 
+    def _sent(self, input: Any) -> Any:
+        return _without_grant(input)
+
 
 def _without_grant(input: Any) -> Any:
-    if not isinstance(input, Command) or not isinstance(input.update, Mapping):
-        return input
-    if not _GRANT_KEYS & set(input.update):
-        return input
-    update = {k: v for k, v in input.update.items() if k not in _GRANT_KEYS} or None
-    if update is None and input.resume is None and input.goto == ():
-        return None  # a grant alone: go on with the run where it stopped
-    return Command(graph=input.graph, update=update, resume=input.resume, goto=input.goto)
+    """A grant (a `Command`) without its deadline keys; any other input is the user's value."""
+    return without_fields(input, ()) if isinstance(input, Command) else input
 
 
 class _EntryStep(Runnable[Any, Any]):
@@ -145,7 +140,7 @@ def wrap_entrypoint(
                 raise TypeError(f"caps and min_viable are keyed by task name, got {key!r}")
     caps = {k: check_limit(v, f"caps[{k!r}]") for k, v in caps.items()}
     min_viable = {k: check_viable(v, f"min_viable[{k!r}]") for k, v in min_viable.items()}
-    needs = {f"min_viable[{k!r}]": floor_of(v) + reserve for k, v in min_viable.items()}
+    needs = {f"min_viable[{k!r}]": floor_of(v) for k, v in min_viable.items()}
     check_fits(timeout, reserve=reserve, needs=needs)
     [(name, node)] = graph.nodes.items()
     check_caps_fit(caps, min_viable, default_cap=default_cap, own_cap=name)

@@ -63,7 +63,15 @@ from .chunks import (
     deadline_given,
     note_chunk,
 )
-from .inputs import a_result, ceiling, entry_input, plain_steps, request_limit, sets_deadline
+from .inputs import (
+    a_result,
+    ceiling,
+    entry_input,
+    plain_steps,
+    request_limit,
+    sets_deadline,
+    without_fields,
+)
 from .messages import ending_messages, is_ending, messages_of
 from .node import unwrapped
 from .node_cache import deadline_cache
@@ -905,6 +913,11 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         run = (config or {}).get("configurable", {}).get(RUN_KEY)
         return run if isinstance(run, RunTracker) and run.entry is self else None
 
+    def _sent(self, input: Any) -> Any:
+        """`input` as LangGraph gets it: without the deadline fields a state lacks (the run
+        has read its deadline from them; LangGraph would warn of writes to unknown channels)."""
+        return input if self._lgd_settings.has_fields else without_fields(input, self.channels)
+
     def _resuming(self, input: Any) -> bool:
         """A resume (None or a Command) that does not grant a new deadline (`deadline_input`)."""
         if input is None:
@@ -951,7 +964,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         elif not prepared and (refused := too_late(self, run, input)) is not None:
             yield from late_chunks(self, run, refused, input, cfg, **kwargs)
             return
-        input = input if prepared else granted(self, cfg, input)
+        input = input if prepared else self._sent(granted(self, cfg, input))
         try:
             guarded = self._lgd_settings.guarded_retries
             options = kwargs if prepared else _run_options(kwargs)
@@ -1020,7 +1033,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             async for chunk in alate_chunks(self, run, refused, input, cfg, **kwargs):
                 yield chunk
             return
-        input = await agranted(self, cfg, input)
+        input = self._sent(await agranted(self, cfg, input))
         try:
             guarded = self._lgd_settings.guarded_retries
             options = _run_options(kwargs)
@@ -1086,7 +1099,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
             return late_result(self, run, refused, input, cfg)
-        input = granted(self, cfg, input)
+        input = self._sent(granted(self, cfg, input))
         run.entry = self
         values = super().invoke(input, cfg, **_run_options(kwargs))
         result, done = self._completed(values, run)
@@ -1102,7 +1115,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
             return await alate_result(self, run, refused, input, cfg)
-        input = await agranted(self, cfg, input)
+        input = self._sent(await agranted(self, cfg, input))
         run.entry = self
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from langgraph.types import Command, Overwrite
@@ -48,6 +48,7 @@ __all__ = [
     "queued_for",
     "request_limit",
     "sets_deadline",
+    "without_fields",
 ]
 
 
@@ -156,6 +157,36 @@ def entry_input(value: Any, limit: Deadline | None, *, fields: bool) -> Any:
     else:
         return value
     return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
+
+
+_FIELDS: Final = frozenset({"deadline", "deadline_outcome", "deadline_trace"})
+
+
+def without_fields(value: Any, channels: Container[str]) -> Any:
+    """`value` (a run's input, a `Command`) without the deadline fields its graph has no
+    `channels` for: LangGraph would log that it ignored each such write, which reads as a failed
+    grant (the run has already read its deadline from them). A grant that leaves nothing to
+    send is None: the run goes on where it stopped (LangGraph refuses an empty `Command`)."""
+    lacking = frozenset(k for k in _FIELDS if k not in channels)
+    if isinstance(value, Command):
+        update = value.update
+        if isinstance(update, Mapping) and not lacking.isdisjoint(update):
+            update = {k: v for k, v in update.items() if k not in lacking}
+        elif isinstance(update, list | tuple) and any(_in(u, lacking) for u in update):
+            update = [u for u in update if not _in(u, lacking)]
+        else:
+            return value
+        if not update and value.resume is None and not value.goto:
+            return None  # a grant alone: go on with the run where it stopped
+        return Command(graph=value.graph, update=update, resume=value.resume, goto=value.goto)
+    if isinstance(value, Mapping) and not lacking.isdisjoint(value):
+        return {k: v for k, v in value.items() if k not in lacking}
+    return value
+
+
+def _in(item: Any, names: frozenset[str]) -> bool:
+    """True for a `(name, value)` pair of a `Command`'s list of updates that writes `names`."""
+    return type(item) is tuple and len(item) == 2 and item[0] in names
 
 
 def sets_deadline(supersteps: Iterable[Sequence[Any]]) -> bool:

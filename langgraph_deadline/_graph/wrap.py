@@ -241,7 +241,7 @@ def with_deadlines(
     check_fits(
         timeout_s,
         reserve=reserve_s,
-        needs={f"min_viable[{node!r}]": floor_of(need) + reserve_s for node, need in mins.items()},
+        needs={f"min_viable[{node!r}]": floor_of(need) for node, need in mins.items()},
     )
     node_caps = {name: caps.get(name, default_cap_s) for name in builder.nodes}
     if book is not None and keep_back:

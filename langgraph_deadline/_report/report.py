@@ -79,6 +79,7 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
     ]
     lines += ["", *_table(headers, rows), ""]
     lines += _hedging(stats)
+    lines += _dropped(stats)
     lines.append(
         "used/budget: median elapsed / allocated budget. of run: mean share of the run's budget "
         "spent in the step per run."
@@ -88,7 +89,9 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
         "its node). stalled: cut at their idle cap, no progress for that long. "
         "cap: p99 elapsed of the other completed steps in completed runs and of "
         f"the steps cut short (at their cut) x {headroom:g}, rounded up to "
-        f"{CAP_ROUNDING_MS:g} ms; >=: that p99 lies among the cut ones, which needed more."
+        f"{CAP_ROUNDING_MS:g} ms; >=: that p99 lies among the cut ones, which needed more; "
+        "run: that would be above the run's whole budget, so it is the budget (a step cut "
+        "there each time, as an optional branch is, gives no higher bound)."
     )
     return "\n".join(lines)
 
@@ -106,6 +109,17 @@ def _hedging(stats: Sequence[StepStats]) -> list[str]:
         if s.held:
             line += "; copies not started: " + ", ".join(f"{why} {n}" for why, n in s.held)
         out.append(line)
+    return [*out, ""] if out else []
+
+
+def _dropped(stats: Sequence[StepStats]) -> list[str]:
+    """One line per step the runs went on without: cut at its own budget in a completed run."""
+    out = [
+        f"dropped {s.name}: {s.dropped} of {s.count} cut at their own budget, the run went on "
+        "without them (optional)"
+        for s in stats
+        if s.dropped
+    ]
     return [*out, ""] if out else []
 
 
@@ -129,7 +143,10 @@ def _ms(value: float | None, *, whole: bool = False) -> str:
 
 
 def _cap(stats: StepStats) -> str:
-    """The suggested cap; `>=` when it is only a bound below (steps cut short needed more)."""
+    """The suggested cap; `>=` when it is only a bound below (steps cut short needed more),
+    `run` when it is the run's whole budget (it would have been above it)."""
+    if stats.cap_is_run_budget:
+        return "run " + _ms(stats.recommended_cap_ms, whole=True)
     return (">=" if stats.cap_at_least else "") + _ms(stats.recommended_cap_ms, whole=True)
 
 

@@ -44,7 +44,10 @@ class StepStats:
     the headroom, rounded up to 10 ms; `cap_at_least` when that p99 lies among the cut ones
     (the true value is more, and the cap is above it). `hedges`: extra copies its hedged calls
     started, `hedge_wins`: calls a later copy answered, `held`: calls whose next copy was not
-    started, by reason (budget, outage, time).
+    started, by reason (budget, outage, time). `dropped`: records cut at their own budget in
+    runs that completed all the same (an `optional` branch the run went on without).
+    `cap_is_run_budget`: the suggestion would have been above the whole budget of the runs the
+    step ran in, and is that budget instead (no cap above the run's budget means anything).
     """
 
     name: str
@@ -65,6 +68,8 @@ class StepStats:
     hedge_wins: int = 0
     held: tuple[tuple[str, int], ...] = ()
     stalled: int = 0  # cut at their idle cap: no progress for that long
+    dropped: int = 0
+    cap_is_run_budget: bool = False
 
 
 def step_stats(trace: Trace, *, headroom: float = 1.2) -> list[StepStats]:
@@ -119,6 +124,15 @@ def _stats(name: str, kind: str, items: list[_Item], headroom: float) -> StepSta
     # keeps it), so a step often cut short does not look fast.
     cut_at = [r.elapsed_ms for r, _, short in items if short and r.status is not StepStatus.SKIPPED]
     cap, at_least = _cap(healthy, cut_at, headroom)
+    run_budgets = [b for _, run, _ in items if run is not None and (b := run.budget_ms)]
+    above = cap is not None and bool(run_budgets) and cap > max(run_budgets)
+    if above:
+        cap = max(run_budgets)
+    dropped = sum(
+        short and r.status is not StepStatus.SKIPPED and run.terminal is Terminal.COMPLETED
+        for r, run, short in items
+        if run is not None
+    )
     held: dict[str, int] = {}
     for rec, _, _ in items:
         if rec.hedge_held is not None:
@@ -142,4 +156,6 @@ def _stats(name: str, kind: str, items: list[_Item], headroom: float) -> StepSta
         hedges=sum(r.hedges for r, _, _ in items),
         hedge_wins=sum(bool(r.hedges and r.winner) for r, _, _ in items),
         held=tuple(sorted(held.items())),
+        dropped=dropped,
+        cap_is_run_budget=above,
     )

@@ -3,7 +3,7 @@ not answered after its learned p95, one more identical call starts; the first an
 every other copy is cancelled at once (its connection closes).
 
 `Hedge` is the setting (a frozen value, checked when built); `HedgeBudget` is the load it may
-add, per tool, Finagle-style: over the last 10 s, at most `budget` x the calls extra copies,
+add, per tool, Finagle-style: over the last 10 s, at most `max_extra` x the calls extra copies,
 or `floor_per_s` x 10 when that is more (a quiet tool); `race` runs one call's copies inside
 the step's budget, which bounds them all (the step's cut cancels every copy).
 """
@@ -84,9 +84,9 @@ class Hedge:
     past their delay (the longer a call has run past it, the likelier it is a straggler).
     `delay` is the `book`'s learned `quantile` of the tool's latency once it has `min_samples`
     samples, else `after`; with neither, the call is not hedged. Extra copies are at most
-    `budget` x the calls over the last 10 s, or `floor_per_s` per second when that is more (so
+    `max_extra` x the calls over the last 10 s, or `floor_per_s` per second when that is more (so
     a quiet tool, whose share is less than one copy, can still hedge; a busy one adds no more
-    than its `budget`). While more than `outage_share` of the tool's recent calls (a moving
+    than its `max_extra`). While more than `outage_share` of the tool's recent calls (a moving
     average over about the last 10) ran past their delay, or while fewer than half of its
     recent hedged calls were answered by a copy (every copy is slow: copies add load and win
     nothing; a copy the first request beat before it had run a typical call is not counted),
@@ -100,7 +100,7 @@ class Hedge:
     ```
 
     Raises:
-        ValueError: neither `after` nor `book`; a `quantile` or `budget` outside (0, 1); an
+        ValueError: neither `after` nor `book`; a `quantile` or `max_extra` outside (0, 1); an
             `outage_share` outside (0, 1]; a negative `floor_per_s`; `min_samples` below 1;
             `max_copies` below 2; a bad `after`.
         TypeError: `book` is not a `LatencyBook`, a number of the wrong type.
@@ -110,7 +110,7 @@ class Hedge:
     book: LatencyBook | None = None
     quantile: float = 0.95
     min_samples: int = 50
-    budget: float = 0.05
+    max_extra: float = 0.05
     floor_per_s: float = 1.0
     max_copies: int = 2
     outage_share: float | None = 0.5
@@ -125,7 +125,7 @@ class Hedge:
             )
         if self.after is None and self.book is None:
             raise ValueError("Hedge needs after= (seconds) or book= (a LatencyBook), or both")
-        for name in ("quantile", "budget"):
+        for name in ("quantile", "max_extra"):
             p = check_number(getattr(self, name), name, "a number in (0, 1)")
             if not 0.0 < p < 1.0:
                 raise ValueError(f"{name} must be in (0, 1), got {show(getattr(self, name))}")
@@ -177,8 +177,8 @@ class Hedge:
 
 class HedgeBudget:
     """The extra load one tool's hedges may add (after Finagle's retry budget, whose floor
-    adds to the share; here it is a floor under it, so a busy tool adds at most `budget`): over
-    the last `WINDOW_S` seconds, hedges <= max(`budget` x calls, `floor_per_s` x `WINDOW_S`);
+    adds to the share; here it is a floor under it, so a busy tool adds at most `max_extra`): over
+    the last `WINDOW_S` seconds, hedges <= max(`max_extra` x calls, `floor_per_s` x `WINDOW_S`);
     and whether its backend is down (slow for everyone): more than `outage_share` of its
     recent calls, a moving average over about the last `OUTAGE_CALLS` (once it has seen that
     many), ran past their hedge delay, or fewer than `USEFUL` of its recent hedged calls were
@@ -205,12 +205,12 @@ class HedgeBudget:
     def __init__(
         self,
         *,
-        budget: float,
+        max_extra: float,
         floor_per_s: float,
         outage_share: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._ratio = budget
+        self._ratio = max_extra
         self._floor = floor_per_s * WINDOW_S
         self._outage = outage_share
         self._clock = clock
@@ -236,7 +236,7 @@ class HedgeBudget:
         return sum(n for s, n in zip(self._slots, counts, strict=True) if s > second - WINDOW_S)
 
     def deposit(self) -> None:
-        """A call started: it earns `budget` of a hedge."""
+        """A call started: it earns `max_extra` of a hedge."""
         with self._lock:
             _, i = self._slot()
             self._calls[i] += 1
@@ -300,11 +300,20 @@ def _averaged(mean: float, seen: int, value: float) -> tuple[float, int]:
 @dataclasses.dataclass(slots=True)
 class Copies:
     """How one call was hedged: copies started (over its attempts), which one answered, and
-    why a copy it wanted was not started (the last reason, None when none was held back)."""
+    why a copy it wanted was not started: `held`, the first reason (None when none was held
+    back), so that a straggler the budget held many times before its time ran out says
+    "budget", not "time"; `times_held`, how often each reason held it, in that order."""
 
     started: int = 0
     winner: int | None = None
     held: HeldBy | None = None
+    times_held: dict[HeldBy, int] = dataclasses.field(default_factory=dict)
+
+    def hold(self, why: HeldBy) -> None:
+        """A copy the call wanted was not started, for `why`."""
+        if self.held is None:
+            self.held = why
+        self.times_held[why] = self.times_held.get(why, 0) + 1
 
 
 async def race(
@@ -392,7 +401,7 @@ async def race(
             if len(field.tasks) >= hedge.max_copies:
                 next_at = None
             elif (held := _held(hedge, name, budget, first=first, queued=queued)) is not None:
-                copies.held = held
+                copies.hold(held)
                 if queued and held != "budget":  # it stops asking
                     budget.leave()
                 queued = held == "budget"

@@ -15,7 +15,6 @@ from langchain_core.tools import BaseTool
 from langchain_core.tools import tool as lc_tool
 from langchain_core.tools.base import ArgsSchema
 
-from .._core.moved import renamed
 from .._core.rules import StepRule
 from .._core.timeouts import ToolTimeout
 from .._core.validate import check_idle_cap, check_limit, check_mapping, show
@@ -27,8 +26,6 @@ from .stale import Namespace
 from .tool import DeadlineTool
 
 __all__ = ["deadline_tool", "deadline_tools"]
-
-_CAP = "a step's limit is a cap"  # why `timeout=` and `default=` were renamed
 
 
 def _make(inner: BaseTool, options: ToolOptions) -> DeadlineTool:
@@ -51,7 +48,6 @@ def deadline_tool(
     name_or_callable: Callable[..., Any] | BaseTool,
     *,
     cap: float | StepRule | None = None,
-    timeout: float | StepRule | None = None,
     min_viable: float | StepRule = 0.0,
     read_only: bool = False,
     side_effect: bool = False,
@@ -80,7 +76,6 @@ def deadline_tool(
     runnable: Runnable[Any, Any],
     *,
     cap: float | StepRule | None = None,
-    timeout: float | StepRule | None = None,
     min_viable: float | StepRule = 0.0,
     read_only: bool = False,
     side_effect: bool = False,
@@ -108,7 +103,6 @@ def deadline_tool(
     name_or_callable: str | None = None,
     *,
     cap: float | StepRule | None = None,
-    timeout: float | StepRule | None = None,
     min_viable: float | StepRule = 0.0,
     read_only: bool = False,
     side_effect: bool = False,
@@ -136,7 +130,6 @@ def deadline_tool(
     runnable: Runnable[Any, Any] | None = None,
     *,
     cap: float | StepRule | None = None,
-    timeout: float | StepRule | None = None,
     min_viable: float | StepRule = 0.0,
     read_only: bool = False,
     side_effect: bool = False,
@@ -177,7 +170,6 @@ def deadline_tool(
     "Cache tenancy"). `message` overrides the text (a format string with `{tool}`,
     `{seconds}`, `{status}`, `{remaining}`, or a function of `ToolTimeout`).
     `cap` and `min_viable` may be `learned(book, cap=5.0)` (docs/howto/learned-budgets.md).
-    `timeout=` is the old name of `cap=` (a DeprecationWarning; it goes in the next release).
     `idle_cap` is the longest gap with no progress (bytes of an HTTP response body read
     through a client with `deadline_hooks`, or `progress()` calls) before the call is cut as
     stalled, its timeout text saying "no progress for 2.1 s"; the gap clock starts at its
@@ -191,14 +183,14 @@ def deadline_tool(
     says whether a side effect started.
 
     Raises:
-        ValueError, TypeError: bad numbers, `min_viable` above `cap`, both `cap` and `timeout`,
-            a flag that is not a bool, a `message` format string with a placeholder it cannot
-            fill, a cache or a `hedge` on a tool that is not read-only, a `hedge` on a sync
-            tool, `@tool` options given with an existing tool (set them on that tool), and
-            whatever `@tool` raises for the same arguments.
+        ValueError, TypeError: bad numbers, `min_viable` above `cap`, a flag that is not a
+            bool, a `message` format string with a placeholder it cannot fill, a cache or a
+            `hedge` on a tool that is not read-only, a `hedge` on a sync tool, `@tool` options
+            given with an existing tool (set them on that tool), and whatever `@tool` raises
+            for the same arguments.
     """
     options = ToolOptions(
-        cap=renamed("deadline_tool", "timeout", "cap", timeout, cap, why=_CAP),
+        cap=cap,
         min_viable=min_viable,
         read_only=read_only,
         side_effect=side_effect,
@@ -276,7 +268,6 @@ def deadline_tools(
     *,
     caps: Mapping[str, float | StepRule | None] | None = None,
     default_cap: float | StepRule | None = None,
-    default: float | StepRule | None = None,
     read_only: Sequence[str] = (),
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
@@ -284,8 +275,7 @@ def deadline_tools(
     idle_cap: float | StepRule | None = None,
 ) -> list[DeadlineTool]:
     """Wrap several tools from one table of caps: `{"search_docs": 5, "get_order": 3}` plus a
-    `default_cap` for the rest (`default=` is its old name, with a DeprecationWarning); any
-    may be `learned(book, ...)`, learned per tool name. The tools
+    `default_cap` for the rest; any may be `learned(book, ...)`, learned per tool name. The tools
     named in `read_only` share `cache` for stale answers,
     kept apart by `cache_namespace` (as in `deadline_tool`: by default the authenticated user,
     else the config's `user_id`, else its `thread_id`), and are hedged by `hedge` (each tool
@@ -312,10 +302,7 @@ def deadline_tools(
             raise TypeError(
                 f"tools[{i}] must be a tool or a function, got {type(t).__name__}: {show(t)}"
             )
-    default = check_limit(
-        renamed("deadline_tools", "default", "default_cap", default, default_cap, why=_CAP),
-        "default_cap" if default is None else "default",
-    )
+    default = check_limit(default_cap, "default_cap")
     caps = {
         name: check_limit(value, f"caps[{name!r}]")
         for name, value in check_mapping(caps, "caps").items()

@@ -47,22 +47,23 @@ async def mcp_tools(
     *,
     server_name: str | None = None,
     caps: Mapping[str, float | StepRule | None] | None = None,
-    default: float | StepRule | None = None,
+    default_cap: float | StepRule | None = None,
     read_only: Sequence[str] = (),
     cache: StaleCache | None = None,
     hedge: Hedge | None = None,
+    idle_cap: float | StepRule | None = None,
     cancel_grace: float = 0.5,
 ) -> AsyncIterator[list[DeadlineTool]]:
     """The client's tools (of `server_name`, else of every server) as deadline tools, over one
     session per server kept open inside the `async with`; a call cut by its budget is cancelled
     on the server too (MCP `notifications/cancelled`, sent within `cancel_grace` s).
 
-    `caps`, `default`, `read_only`, `cache` and `hedge` are `deadline_tools`' (a hedged
-    call's losing copy is cancelled on the server too). Use the tools inside the
+    `caps`, `default_cap`, `read_only`, `cache`, `hedge` and `idle_cap` are `deadline_tools`'
+    (a hedged call's losing copy is cancelled on the server too). Use the tools inside the
     block, in the event loop that opened it:
 
     ```python
-    async with mcp_tools(client, default=5.0) as tools:
+    async with mcp_tools(client, default_cap=5.0) as tools:
         agent = create_agent(model, tools, middleware=[DeadlineMiddleware(timeout=20)])
         await agent.ainvoke({"messages": [("user", "...")]})
     ```
@@ -97,7 +98,13 @@ async def mcp_tools(
             for t in tools
         ]
         yield deadline_tools(
-            loaded, caps=caps, default_cap=default, read_only=read_only, cache=cache, hedge=hedge
+            loaded,
+            caps=caps,
+            default_cap=default_cap,
+            read_only=read_only,
+            cache=cache,
+            hedge=hedge,
+            idle_cap=idle_cap,
         )
 
 

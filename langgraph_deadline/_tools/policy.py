@@ -85,12 +85,21 @@ def account(result: StepResult[Any], tries: Tries, *, side_effect: bool) -> Step
 def hedged(result: StepResult[Any], tries: Tries, copies: Copies) -> StepResult[Any]:
     """The call's record says how many extra copies its attempts started and, when one
     answered, which (0: the first copy of its attempt); and why a copy it wanted was not
-    started (`held`)."""
+    started (`hedge_held`: the first reason; its `note` counts each)."""
     extra = max(0, copies.started - tries.started)
     if extra == 0 and copies.held is None:
         return result
     winner = copies.winner if result.status is StepStatus.COMPLETED and extra else None
-    rec = dataclasses.replace(result.record, hedges=extra, winner=winner, hedge_held=copies.held)
+    rec = result.record
+    note = rec.note
+    if copies.times_held:
+        held = ", ".join(f"{why} {n}" for why, n in copies.times_held.items())
+        note = (
+            f"{note}; hedge copies not started: {held}"
+            if note
+            else f"hedge copies not started: {held}"
+        )
+    rec = dataclasses.replace(rec, hedges=extra, winner=winner, hedge_held=copies.held, note=note)
     return StepResult(rec, result.value, result.error)
 
 

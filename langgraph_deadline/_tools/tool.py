@@ -17,7 +17,6 @@ from langchain_core.tools import BaseTool, Tool
 from pydantic import ConfigDict, InstanceOf, PrivateAttr
 
 from .._core.errors import DeadlineExceeded
-from .._core.moved import renamed_property
 from .._core.plan import Plan, Step, run_from_config
 from .._core.record import record_child
 from .._core.records import StepStatus
@@ -45,7 +44,7 @@ _ONE_STRING = {
 
 
 class DeadlineTool(BaseTool):
-    """A tool under the run's deadline: budget `min(timeout, remaining - reserve)`; cut at it.
+    """A tool under the run's deadline: budget `min(cap, remaining - reserve)`; cut at it.
 
     Made by `deadline_tool`; wraps any `BaseTool` and keeps everything a user of that tool sees:
     name, description, schemas, `extras`, error handling. Setting one of those on this tool
@@ -70,8 +69,6 @@ class DeadlineTool(BaseTool):
     def cap(self) -> float | StepRule | None:
         """Each call's cap (`deadline_tool(cap=)`)."""
         return self.options.cap
-
-    timeout = renamed_property("DeadlineTool", "timeout", "cap")
 
     @property
     def min_viable(self) -> float | StepRule:
@@ -271,7 +268,9 @@ class DeadlineTool(BaseTool):
         assert opts is not None
         if self._hedge_budget is None:
             self._hedge_budget = HedgeBudget(
-                budget=opts.budget, floor_per_s=opts.floor_per_s, outage_share=opts.outage_share
+                max_extra=opts.max_extra,
+                floor_per_s=opts.floor_per_s,
+                outage_share=opts.outage_share,
             )
         spent = self._hedge_budget
         return await race(copy, name=self.name, hedge=opts, budget=spent, copies=copies)

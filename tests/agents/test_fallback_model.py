@@ -243,8 +243,8 @@ def test_bad_fallbacks_are_refused_when_made_naming_the_argument() -> None:
         budgeted_model(main, fallbacks=[ChatOpenAI(api_key=SecretStr("test"), model="gpt-slow")])
     with pytest.raises(ValueError, match="book is only read to choose a fallback"):
         budgeted_model(main, book=LatencyBook(listen=False))
-    with pytest.raises(ValueError, match="quantile must be in"):
-        budgeted_model(main, fallbacks=[other], quantile=1.5)
+    with pytest.raises(ValueError, match="fallback_quantile must be in"):
+        budgeted_model(main, fallbacks=[other], fallback_quantile=1.5)
     with pytest.raises(TypeError, match="book must be a LatencyBook"):
         budgeted_model(main, fallbacks=[other], book={})  # type: ignore[arg-type]
     nested = budgeted_model(other, fallbacks=[ChatOpenAI(api_key=SecretStr("t"), model="x")])

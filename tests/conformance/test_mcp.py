@@ -121,18 +121,28 @@ def assert_timeout_answer(message: ToolMessage) -> None:
 async def test_mcp_tools_over_stdio_cancel_the_server_handler_at_the_deadline(
     stdio_log: ServerLog,
 ) -> None:
-    async with mcp_tools(stdio_client(stdio_log), default=CAP) as tools:
+    async with mcp_tools(stdio_client(stdio_log), default_cap=CAP) as tools:
         elapsed, answer = await run_agent(tools, "stdio-kept")
     assert elapsed < CAP + MARGIN
     assert_timeout_answer(answer)
     assert await stdio_log.wait_for_end("stdio-kept", within=2) == ["start", "cancelled"]
 
 
+async def test_mcp_tools_take_deadline_tools_settings_by_their_names(stdio_log: ServerLog) -> None:
+    """`mcp_tools(default_cap=, idle_cap=)` are `deadline_tools`' own: every tool gets them."""
+    async with mcp_tools(stdio_client(stdio_log), default_cap=3.0, idle_cap=0.4) as tools:
+        assert {t.name: (t.options.cap, t.options.idle_cap) for t in tools} == {
+            "slow_lookup": (3.0, 0.4),
+            "straggling_lookup": (3.0, 0.4),
+            "noisy_lookup": (3.0, 0.4),
+        }
+
+
 async def test_mcp_tools_over_streamable_http_cancel_the_server_handler_at_the_deadline(
     http_server: tuple[str, ServerLog],
 ) -> None:
     url, log = http_server
-    async with mcp_tools(http_client(url), default=CAP) as tools:
+    async with mcp_tools(http_client(url), default_cap=CAP) as tools:
         elapsed, answer = await run_agent(tools, "http-kept")
     assert elapsed < CAP + MARGIN
     assert_timeout_answer(answer)
@@ -146,7 +156,7 @@ async def test_a_hedged_mcp_tool_answers_from_the_second_copy_and_the_server_can
     hedge = Hedge(after=0.2)
     client = http_client(url)
     async with mcp_tools(
-        client, default=3.0, read_only=["straggling_lookup"], hedge=hedge
+        client, default_cap=3.0, read_only=["straggling_lookup"], hedge=hedge
     ) as tools:
         [lookup] = [t for t in tools if t.name == "straggling_lookup"]
         call = {"type": "tool_call", "id": "c1", "name": lookup.name, "args": {"call": "hedged"}}
@@ -253,14 +263,14 @@ class _ClosingWith(MultiServerMCPClient):
 
 async def test_a_reply_arriving_while_mcp_tools_closes_is_dropped(stdio_log: ServerLog) -> None:
     client = _ClosingWith(stdio_log, anyio.BrokenResourceError())
-    async with mcp_tools(client, default=CAP) as tools:
+    async with mcp_tools(client, default_cap=CAP) as tools:
         assert [t.name for t in tools] == ["slow_lookup", "straggling_lookup", "noisy_lookup"]
 
 
 async def test_any_other_error_on_closing_mcp_tools_is_raised(stdio_log: ServerLog) -> None:
     client = _ClosingWith(stdio_log, OSError("pipe"))
     with pytest.raises(BaseExceptionGroup) as caught:
-        async with mcp_tools(client, default=CAP):
+        async with mcp_tools(client, default_cap=CAP):
             pass
     assert caught.group_contains(OSError)
 

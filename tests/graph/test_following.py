@@ -149,6 +149,23 @@ def test_create_agents_tools_leave_room_for_the_model_and_the_model_none_for_too
 
 
 @pytest.mark.anyio
+async def test_the_note_names_what_each_later_step_was_priced_at() -> None:
+    """A later step the book has not seen is kept back at its `min_viable` (or only the
+    hand-off), and the note says so rather than calling that figure a p95."""
+    book = LatencyBook(listen=False)
+    for _ in range(40):  # a and b are warm (a path through them is the longest); answer is not
+        book.record("node", "a", 0.05)
+        book.record("node", "b", 0.05)
+    graph = with_deadlines(_fan_out(), timeout=TIMEOUT, book=book, min_viable={"answer": 0.4})
+    out = await graph.ainvoke({})
+    records = _by_name(out["deadline_trace"])
+    assert (records["a"].note or "").endswith(" s for answer (min_viable, with hand-offs)")
+    assert (records["plan"].note or "").endswith(
+        " s for a -> answer (a: p95; answer: min_viable, with hand-offs)"
+    )
+
+
+@pytest.mark.anyio
 async def test_each_node_keeps_back_the_longest_path_after_it_and_its_record_says_so() -> None:
     book = _warm_book()
     graph = with_deadlines(_fan_out(), timeout=TIMEOUT, book=book, checkpointer=InMemorySaver())

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import operator
 from pathlib import Path
+from typing import Annotated, Any
 
 import pytest
+from langgraph.graph import END, START, StateGraph
 
-from langgraph_deadline import StepRecord
+from langgraph_deadline import DeadlineState, StepRecord, Terminal, with_deadlines
 from langgraph_deadline.__main__ import main
-from langgraph_deadline._core.observe import StepEvent
+from langgraph_deadline._core.observe import StepEvent, get_observers, set_observers
 from langgraph_deadline._instrument.jsonl import JsonlTraceWriter
 from langgraph_deadline._report.report import format_report
 from langgraph_deadline._report.stats import step_stats
@@ -68,3 +72,73 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         main(["report", str(empty), "--plot", "out.pdf"])
     with pytest.raises(SystemExit):
         main(["report", str(empty), "--headroom", "0.5"])
+
+
+def _optional_branch() -> StateGraph[Any, Any, Any, Any]:
+    """extra (optional, hangs) -> answer."""
+
+    async def extra(state: _Log) -> dict[str, Any]:
+        await asyncio.sleep(10)
+        return {"log": ["extra"]}
+
+    async def answer(state: _Log) -> dict[str, Any]:
+        return {"log": ["answer"]}
+
+    b = StateGraph(_Log)
+    b.add_node("extra", extra)
+    b.add_node("answer", answer)
+    b.add_edge(START, "extra")
+    b.add_edge("extra", "answer")
+    b.add_edge("answer", END)
+    return b
+
+
+class _Log(DeadlineState, total=False):
+    log: Annotated[list[str], operator.add]
+
+
+def test_an_optional_branch_is_reported_dropped_and_never_capped_above_the_run(
+    tmp_path: Path,
+) -> None:
+    """An optional branch cut at a cap near the run's budget: the report says the run went on
+    without it, and suggests no cap above the run's whole budget (its cut x headroom is)."""
+    graph = with_deadlines(_optional_branch(), timeout=1.5, caps={"extra": 1.3}, optional={"extra"})
+    saved = get_observers()
+    try:
+        with JsonlTraceWriter(tmp_path / "trace.jsonl") as writer:
+            set_observers([writer])
+            out = asyncio.run(graph.ainvoke({}))
+    finally:
+        set_observers(saved)
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+    assert out["log"] == ["answer"]
+    trace = read_trace([tmp_path / "trace.jsonl"])
+    text = format_report(trace, step_stats(trace))
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line[:6].strip()}
+    assert rows["extra"][-3:] == ["run", "1500", "(0)"]  # not >=1560: 1.2 x its 1.3 s cut
+    assert "dropped extra: 1 of 1 cut at their own budget, the run went on" in text
+
+
+def test_plot_on_a_trace_without_runs_says_why_nothing_was_drawn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    record = StepRecord(
+        name="search",
+        kind="tool",
+        attempt=1,
+        remaining_ms=900.0,
+        requested_ms=500.0,
+        allocated_ms=500.0,
+        clamped=False,
+        elapsed_ms=20.0,
+        status=StepStatus.COMPLETED,
+    )
+    with JsonlTraceWriter(tmp_path / "trace.jsonl") as writer:  # steps under a deadline_scope
+        writer.on_step(StepEvent(record, None, None))
+    assert main(["report", str(tmp_path / "trace.jsonl"), "--plot", str(tmp_path / "a.png")]) == 1
+    out = capsys.readouterr()
+    assert "search" in out.out  # the table is printed first
+    assert "--plot draws one run, and this trace has none" in out.err
+    assert "1 step records ran outside any run" in out.err
+    assert not (tmp_path / "a.png").exists()

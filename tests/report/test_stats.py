@@ -42,4 +42,6 @@ def test_step_stats_per_step(trace_file: Path) -> None:
 
 def test_headroom_scales_the_cap(trace_file: Path) -> None:
     stats = {s.name: s for s in step_stats(read_trace([trace_file]), headroom=2.0)}
-    assert stats["fetch"].recommended_cap_ms == 1640.0  # 820 ms x 2
+    assert stats["answer"].recommended_cap_ms == 100.0  # 50 ms x 2
+    # 820 ms x 2 is above the runs' whole budget (1000 ms): the suggestion is that budget
+    assert (stats["fetch"].recommended_cap_ms, stats["fetch"].cap_is_run_budget) == (1000.0, True)

@@ -266,24 +266,24 @@ class _Clock:
 
 def test_the_budget_allows_its_share_of_calls_plus_the_floor_and_forgets_after_the_window() -> None:
     clock = _Clock()
-    budget = HedgeBudget(budget=0.05, floor_per_s=0.0, clock=clock)
+    budget = HedgeBudget(max_extra=0.05, floor_per_s=0.0, clock=clock)
     for _ in range(40):
         budget.deposit()
     assert [budget.withdraw() for _ in range(3)] == [None, None, "budget"]  # 5 % of 40
     clock.now += WINDOW_S
     assert budget.withdraw() == "budget"  # the calls left the window with their share
-    floored = HedgeBudget(budget=0.05, floor_per_s=0.1, clock=clock)
+    floored = HedgeBudget(max_extra=0.05, floor_per_s=0.1, clock=clock)
     assert [floored.withdraw() for _ in range(2)] == [None, "budget"]  # 0.1/s over 10 s
 
 
 def test_the_floor_is_a_floor_under_the_share_not_more_on_top_of_it() -> None:
     """A quiet tool gets the floor; a busy one its share and no more (5 % means 5 %)."""
     clock = _Clock()
-    quiet = HedgeBudget(budget=0.05, floor_per_s=1.0, clock=clock)
+    quiet = HedgeBudget(max_extra=0.05, floor_per_s=1.0, clock=clock)
     for _ in range(100):  # 5 % of 100 is 5 copies; the floor, 1 a second over 10 s, is 10
         quiet.deposit()
     assert [quiet.withdraw() for _ in range(11)] == [None] * 10 + ["budget"]
-    busy = HedgeBudget(budget=0.05, floor_per_s=1.0, clock=clock)
+    busy = HedgeBudget(max_extra=0.05, floor_per_s=1.0, clock=clock)
     for _ in range(400):  # 5 % of 400 is 20 copies, more than the floor's 10
         busy.deposit()
     assert [busy.withdraw() for _ in range(21)] == [None] * 20 + ["budget"]
@@ -293,7 +293,7 @@ def test_calls_the_budget_held_get_the_next_copies_before_calls_just_past_their_
     """The longer a call has run past its delay, the likelier it is a straggler: a call the
     budget held is served before one that has only just run past its delay."""
     clock = _Clock()
-    budget = HedgeBudget(budget=0.05, floor_per_s=0.0, clock=clock)
+    budget = HedgeBudget(max_extra=0.05, floor_per_s=0.0, clock=clock)
     for _ in range(20):
         budget.deposit()
     assert budget.withdraw() is None  # 5 % of 20: one copy
@@ -311,7 +311,7 @@ def test_calls_the_budget_held_get_the_next_copies_before_calls_just_past_their_
 def test_the_budget_tells_an_outage_from_stragglers_and_forgets_it_when_the_backend_recovers() -> (
     None
 ):
-    budget = HedgeBudget(budget=1.0, floor_per_s=100.0, outage_share=0.5, clock=_Clock())
+    budget = HedgeBudget(max_extra=1.0, floor_per_s=100.0, outage_share=0.5, clock=_Clock())
     for _ in range(9):
         budget.deposit()
         assert budget.withdraw() is None  # late, but 9 calls are too few to tell
@@ -332,7 +332,7 @@ def test_the_budget_tells_an_outage_from_stragglers_and_forgets_it_when_the_back
 
 def test_the_budget_backs_off_while_copies_do_not_answer_first_and_probes_once_a_second() -> None:
     clock = _Clock()
-    budget = HedgeBudget(budget=1.0, floor_per_s=100.0, outage_share=0.5, clock=clock)
+    budget = HedgeBudget(max_extra=1.0, floor_per_s=100.0, outage_share=0.5, clock=clock)
     for _ in range(10):  # stragglers: the copy answers first
         budget.deposit()
         assert budget.withdraw(first=False) is None
@@ -354,7 +354,7 @@ def test_the_budget_backs_off_while_copies_do_not_answer_first_and_probes_once_a
         clock.now += PROBE_S
         budget.withdraw(first=False)
     assert [budget.withdraw(first=False) for _ in range(5)] == [None] * 5
-    never = HedgeBudget(budget=1.0, floor_per_s=100.0, outage_share=None, clock=clock)
+    never = HedgeBudget(max_extra=1.0, floor_per_s=100.0, outage_share=None, clock=clock)
     for _ in range(20):
         never.deposit()
         assert never.withdraw(first=False) is None
@@ -364,7 +364,7 @@ def test_the_budget_backs_off_while_copies_do_not_answer_first_and_probes_once_a
 async def test_the_hedge_budget_caps_extra_calls_under_a_burst(
     slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
-    hedge = Hedge(after=0.05, budget=0.05, floor_per_s=0.0, outage_share=None)
+    hedge = Hedge(after=0.05, max_extra=0.05, floor_per_s=0.0, outage_share=None)
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
         search = _search(slow_server, [0.6], hedge, client=client, cap=10.0)
 
@@ -377,12 +377,37 @@ async def test_the_hedge_budget_caps_extra_calls_under_a_burst(
     assert sum(r.hedges for r in _tool_records(steps)) == extra
 
 
+async def test_a_straggler_the_budget_held_until_its_time_ran_out_is_recorded_as_held_by_budget(
+    slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    """Held by the hedge budget again and again, then by its time left, then cut: the record
+    says the budget held its copies (the report and the metrics count that), and how often."""
+    book = LatencyBook(listen=False)
+    for _ in range(60):
+        book.record("tool", "search", 0.1)  # p50 = p95 = 0.1 s
+    hedge = Hedge(book=book, min_samples=50, max_extra=0.05, floor_per_s=0.0, outage_share=None)
+    search = _search(slow_server, [5.0], hedge, cap=0.8)
+
+    message = await search.ainvoke(_call())  # past its delay at 0.1 s: no copy is affordable
+
+    assert message.status == "error"
+    [record] = _tool_records(steps)
+    assert (record.status, record.hedges, record.hedge_held) == (StepStatus.TIMED_OUT, 0, "budget")
+    note = record.note or ""
+    counts = dict(
+        (why, int(n)) for why, n in (p.split() for p in note.split("not started: ")[1].split(", "))
+    )
+    assert list(counts) == ["budget", "time"]  # asked every 25 ms from 0.1 s, then time ran out
+    assert counts["budget"] >= 5 and counts["time"] == 1
+    assert len(slow_server.requests) == 1
+
+
 async def test_a_call_the_budget_held_gets_its_copy_once_other_calls_refill_it(
     slow_server: SlowServer, steps: list[StepRecord]
 ) -> None:
     # 5 %, no floor: the straggler alone has earned 0.05 of a copy, and is held; 20 calls
     # later the budget has one, and the straggler, still waiting, gets it.
-    hedge = Hedge(after=0.2, budget=0.05, floor_per_s=0.0, outage_share=None)
+    hedge = Hedge(after=0.2, max_extra=0.05, floor_per_s=0.0, outage_share=None)
     async with httpx.AsyncClient() as client:
         search = _search(slow_server, [1.5, 0.01], hedge, client=client, cap=5.0)
 
@@ -427,7 +452,7 @@ async def test_a_call_the_budget_held_leaves_the_queue_when_it_ends_answered_or_
     # Every call runs past its delay and the budget allows one copy in 20: most calls wait for a
     # copy, then answer by themselves, or are cut by their deadline while they wait. None may
     # stay counted as waiting (it would hold back the copies of every later call).
-    hedge = Hedge(after=0.05, budget=0.05, floor_per_s=0.0, outage_share=None)
+    hedge = Hedge(after=0.05, max_extra=0.05, floor_per_s=0.0, outage_share=None)
     async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
         search = _search(slow_server, [0.3], hedge, client=client, cap=10.0)
 
@@ -718,7 +743,7 @@ def test_deadline_tools_hedges_only_the_read_only_tools() -> None:
         ({"after": -1.0}, ValueError, "after"),
         ({"after": float("nan")}, ValueError, "after"),
         ({"after": 0.1, "quantile": 1.0}, ValueError, "quantile must be in"),
-        ({"after": 0.1, "budget": 0.0}, ValueError, "budget must be in"),
+        ({"after": 0.1, "max_extra": 0.0}, ValueError, "max_extra must be in"),
         ({"after": 0.1, "floor_per_s": -1.0}, ValueError, "floor_per_s must be >= 0"),
         ({"after": 0.1, "max_copies": 1}, ValueError, "max_copies must be >= 2"),
         ({"after": 0.1, "max_copies": 2.0}, TypeError, "max_copies must be an int"),

@@ -71,26 +71,21 @@ def test_caps_table_and_bad_input_get_clear_errors() -> None:
         )
 
 
-def test_a_tools_limit_is_its_cap_and_timeout_is_the_old_name() -> None:
-    """`cap=` everywhere a step's limit goes; `timeout=` (a run's total elsewhere) still works
-    for one release, with a warning naming `cap=`, and never together with it."""
+def test_a_tools_limit_is_its_cap_and_the_old_names_are_gone() -> None:
+    """`cap=` everywhere a step's limit goes (`timeout` is a run's total), `default_cap=` for a
+    table's rest: nothing is released, so the old names are refused, not warned about."""
 
     def lookup(q: str) -> str:
         """Look something up."""
         return q
 
     assert deadline_tool(lookup, cap=2.0).options.cap == 2.0
-    with pytest.warns(DeprecationWarning, match=r"deadline_tool\(cap=\.\.\.\)"):
-        old = deadline_tool(lookup, timeout=2.0)
-    assert old.options.cap == 2.0
-    with pytest.warns(DeprecationWarning, match=r"DeadlineTool\.cap"):
-        assert old.timeout == old.cap == 2.0
-    with pytest.raises(TypeError, match="give cap= only"):
-        deadline_tool(lookup, cap=1.0, timeout=2.0)
+    with pytest.raises(TypeError, match="timeout"):
+        deadline_tool(lookup, timeout=2.0)  # type: ignore[call-overload]
+    assert not hasattr(deadline_tool(lookup, cap=2.0), "timeout")
     (one,) = deadline_tools([lookup], default_cap=3.0)
     assert one.options.cap == 3.0
-    with pytest.warns(DeprecationWarning, match=r"deadline_tools\(default_cap=\.\.\.\)"):
-        (old_one,) = deadline_tools([lookup], default=3.0)
-    assert old_one.options.cap == 3.0
+    with pytest.raises(TypeError, match="default"):
+        deadline_tools([lookup], default=3.0)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="default_cap"):
         deadline_tools([lookup], default_cap=-1)
