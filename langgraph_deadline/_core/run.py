@@ -271,7 +271,9 @@ def run_sync(
 ) -> StepResult[T]:
     """Run a sync step under its budget (not started when it is below what the step needs:
     `refused`). A thread cannot be killed: past its budget the step is left running in its own
-    thread, recorded as `abandoned`, and the caller goes on in time.
+    thread, recorded as `abandoned`, and the caller goes on in time. A body that ends past its
+    budget by an error (a client timeout cut to it) lost a race with the wait: it is cut too,
+    `timed_out`.
 
     Called on an event loop's thread (sync `invoke` from async code), the step runs on that
     thread instead: the caller's sync call holds the loop's thread until it returns whichever
@@ -345,11 +347,23 @@ def run_sync(
     err = job.error
     if err is not None:
         if (
-            isinstance(err, DeadlineExceeded)
+            isinstance(err, Exception)
+            and not isinstance(err, passthrough)
             and step_deadline is not None
             and step_deadline.expired
         ):
-            # The body stopped itself at its budget (check(), client_timeout()): cut, not failed.
+            # The body ended past its budget by an error: it stopped at its budget (check(), a
+            # client timeout cut to it, a request closed or refused at it), and lost the race
+            # with the wait, which would have abandoned it an instant later. Cut, not failed.
+            if not isinstance(err, DeadlineExceeded):
+                cut = DeadlineExceeded(
+                    f"deadline exceeded in {plan.name} (it ended past its budget with "
+                    f"{type(err).__name__})",
+                    deadline=step_deadline,
+                    step=plan.name,
+                )
+                cut.__cause__ = err
+                err = cut
             source = "run_deadline" if plan.clamped else "step_cap"
             rec = plan.record(StepStatus.TIMED_OUT, cancel_source=source)
             return _finish(run, key, commit, StepResult(rec, error=err))
