@@ -1,5 +1,7 @@
 """Worker threads for sync steps: reused, so that a sync node or tool does not start a thread
-per call, and never shared with work that overran (a thread cannot be stopped)."""
+per call, and never shared with work that overran (a thread cannot be stopped). A job left
+running past its budget is `abandon`ed: what its body registered to close then (the HTTP
+connections it waits on, `sync_http.py`) is closed from the caller's thread."""
 
 from __future__ import annotations
 
@@ -8,14 +10,23 @@ import contextvars
 import queue
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, Final, Generic, TypeVar
 
 from .context import deadline_scope
 from .deadline import Deadline
 
-__all__ = ["Job", "submit"]
+__all__ = ["Job", "current_job", "submit"]
 
 T = TypeVar("T")
+
+_JOB: Final[ContextVar[Job[Any] | None]] = ContextVar("langgraph_deadline.job", default=None)
+_CLOSERS_LOCK: Final = threading.Lock()  # (closers are added rarely: one lock for all jobs)
+
+
+def current_job() -> Job[Any] | None:
+    """The sync step whose body runs here (on its worker, or inline), or None."""
+    return _JOB.get()
 
 
 class Job(Generic[T]):
@@ -27,13 +38,27 @@ class Job(Generic[T]):
     what it returned.
     """
 
-    __slots__ = ("_body", "_context", "_deadline", "_done", "_name", "error", "value")
+    __slots__ = (
+        "_abandoned",
+        "_body",
+        "_closers",
+        "_context",
+        "_deadline",
+        "_done",
+        "_name",
+        "_parent",
+        "error",
+        "value",
+    )
 
     def __init__(self, body: Callable[[], T], deadline: Deadline | None, name: str) -> None:
         self._body: Callable[[], T] | None = body
         self._context: contextvars.Context | None = contextvars.copy_context()  # callbacks, ...
+        self._parent = _JOB.get()  # the step this one runs in, if it is a sync step's too
         self._deadline = deadline
         self._name = name
+        self._closers: list[Callable[[], object]] | None = None
+        self._abandoned = False
         self._done = _thread.allocate_lock()
         self._done.acquire()
         self.value: T | None = None
@@ -58,10 +83,57 @@ class Job(Generic[T]):
         """Wake the caller, if it is still waiting."""
         self._done.release()
 
+    @property
+    def abandoned(self) -> bool:
+        """True once this job, or the sync step it runs in, was left running past its budget."""
+        job: Job[Any] | None = self
+        while job is not None:
+            if job._abandoned:
+                return True
+            job = job._parent
+        return False
+
+    def on_abandon(self, close: Callable[[], object]) -> bool:
+        """Call `close` if this job (or the sync step it runs in) is abandoned before `forget`;
+        at once, and False, if it is already."""
+        with _CLOSERS_LOCK:
+            late = self.abandoned
+            if not late:
+                job: Job[Any] | None = self
+                while job is not None:
+                    if job._closers is None:
+                        job._closers = []
+                    job._closers.append(close)
+                    job = job._parent
+        if late:
+            close()
+        return not late
+
+    def forget(self, close: Callable[[], object]) -> None:
+        """`close` is no longer needed (what it closes ended on its own)."""
+        with _CLOSERS_LOCK:
+            job: Job[Any] | None = self
+            while job is not None:
+                closers = job._closers
+                if closers is not None and close in closers:
+                    closers.remove(close)
+                job = job._parent
+
+    def abandon(self) -> int:
+        """Mark the job left running past its budget (the caller has stopped waiting), and
+        close what its body registered to close; how many there were. Its thread runs on."""
+        with _CLOSERS_LOCK:
+            self._abandoned = True
+            closers, self._closers = self._closers, None
+        for close in closers or ():
+            close()
+        return len(closers or ())
+
     def _call(self) -> None:
         body = self._body
         if body is None:
             return
+        _JOB.set(self)  # (in the job's own copy of the context: undone with it)
         try:
             with deadline_scope(self._deadline, name=self._name):
                 self.value = body()
