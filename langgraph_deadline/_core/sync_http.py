@@ -5,13 +5,13 @@ A thread cannot be stopped, but the connection it waits on can be closed. A chat
 never sees, so no event hook of ours can reach it: the one seam they all share is httpx's
 default transport. Its `handle_request` (httpx's and httpx2's) is wrapped once, the first time
 a sync step runs after the module was imported; outside a sync step's body it only looks up a
-context variable. Inside one (`workers.current_job()`):
+context variable. Inside one (`workers.current_body()`):
 
 - a request is not sent once the step is past its deadline or abandoned (`DeadlineExceeded`:
   an SDK's retry after the deadline never leaves);
 - its connect, read, write and pool timeouts are cut to the time left, so a request that hangs
   ends at the deadline by itself;
-- the connection it runs on is registered with the step's job, and shut down (both ways) when
+- the connection it runs on is registered with the step, and shut down (both ways) when
   the step is abandoned: the server sees it close at once, whatever the request was doing
   (waiting for its answer on a new connection, streaming its body). A kept-alive connection
   taken from the pool is known only once the answer's headers came: before that, the cut read
@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from .context import current_deadline, current_scopes
 from .errors import DeadlineExceeded
-from .workers import Job, current_job
+from .workers import SyncBody, current_body
 
 __all__ = ["ENV", "ensure", "patched"]
 
@@ -75,41 +75,41 @@ def _wrap(module: Any) -> None:
         """A response body that forgets its connection's closer before it gives the connection
         back to the pool (where another request may take it)."""
 
-        def __init__(self, stream: Any, job: Job[Any], close: Callable[[], object]) -> None:
-            self._stream, self._job, self._close = stream, job, close
+        def __init__(self, stream: Any, step: SyncBody, close: Callable[[], object]) -> None:
+            self._stream, self._step, self._close = stream, step, close
 
         def __iter__(self) -> Iterator[bytes]:
             yield from self._stream
 
         def close(self) -> None:
-            self._job.forget(self._close)
+            self._step.forget(self._close)
             self._stream.close()
 
     @functools.wraps(original)
     def handle_request(self: Any, request: Any) -> Any:
-        job = current_job()
-        if job is None:
+        step = current_body()
+        if step is None:
             return original(self, request)
-        return _send(job, original, self, request, Body)
+        return _send(step, original, self, request, Body)
 
     setattr(handle_request, _MARK, True)
     transport.handle_request = handle_request
 
 
 def _send(
-    job: Job[Any], original: Callable[..., Any], transport: Any, request: Any, body: Any
+    step: SyncBody, original: Callable[..., Any], transport: Any, request: Any, body_type: Any
 ) -> Any:
-    """Send `request` for a sync step's body (`job`): refused past its deadline, its timeouts
+    """Send `request` for a sync step's body (`step`): refused past its deadline, its timeouts
     cut to the time left, its connection shut down if the step is abandoned first (an HTTP/1.1
     one: an HTTP/2 connection may carry other steps' requests too)."""
     deadline = current_deadline()
     left = None if deadline is None else deadline.remaining()
-    if job.abandoned or (left is not None and left < 0.001):
+    if step.abandoned or (left is not None and left < 0.001):
         scopes = current_scopes()
         url = request.url
         raise DeadlineExceeded(
             f"deadline exceeded: {request.method} {url.scheme}://{url.host}{url.path} not sent, "
-            + ("the step was abandoned" if job.abandoned else "no time left"),
+            + ("the step was abandoned" if step.abandoned else "no time left"),
             deadline=deadline,
             step=scopes[-1].name if scopes else None,
             scopes=scopes,
@@ -129,9 +129,9 @@ def _send(
             if stream is not None and not _h2(stream):
                 close = functools.partial(_shut, stream)
                 opened.append(close)
-                job.on_abandon(close)
+                step.on_abandon(close)
             elif stream is not None:  # HTTP/2: shared, so never shut down for one step
-                _forget(job, opened)
+                _forget(step, opened)
         if outer_trace is not None:
             outer_trace(name, info)
 
@@ -139,7 +139,7 @@ def _send(
     try:
         response = original(transport, request)
     except BaseException:
-        _forget(job, opened)
+        _forget(step, opened)
         raise
     finally:
         if outer_trace is None:
@@ -149,15 +149,15 @@ def _send(
     stream = response.extensions.get("network_stream")
     if stream is not None and response.extensions.get("http_version", b"").startswith(b"HTTP/1"):
         close = functools.partial(_shut, stream)
-        job.on_abandon(close)  # (before the connect's are forgotten: no gap between them)
-        response.stream = body(response.stream, job, close)
-    _forget(job, opened)
+        step.on_abandon(close)  # (before the connect's are forgotten: no gap between them)
+        response.stream = body_type(response.stream, step, close)
+    _forget(step, opened)
     return response
 
 
-def _forget(job: Job[Any], closers: list[Callable[[], object]]) -> None:
+def _forget(step: SyncBody, closers: list[Callable[[], object]]) -> None:
     for close in closers:
-        job.forget(close)
+        step.forget(close)
     closers.clear()
 
 

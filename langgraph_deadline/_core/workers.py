@@ -10,26 +10,96 @@ import contextvars
 import queue
 import threading
 from collections.abc import Callable
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any, Final, Generic, TypeVar
 
 from .context import deadline_scope
 from .deadline import Deadline
 
-__all__ = ["Job", "current_job", "submit"]
+__all__ = ["Job", "SyncBody", "current_body", "submit"]
 
 T = TypeVar("T")
 
-_JOB: Final[ContextVar[Job[Any] | None]] = ContextVar("langgraph_deadline.job", default=None)
-_CLOSERS_LOCK: Final = threading.Lock()  # (closers are added rarely: one lock for all jobs)
+_BODY: Final[ContextVar[SyncBody | None]] = ContextVar("langgraph_deadline.body", default=None)
+_CLOSERS_LOCK: Final = threading.Lock()  # (closers are added rarely: one lock for all bodies)
 
 
-def current_job() -> Job[Any] | None:
-    """The sync step whose body runs here (on its worker, or inline), or None."""
-    return _JOB.get()
+def current_body() -> SyncBody | None:
+    """The sync step whose body runs here (on a worker, inline, or on LangGraph's executor),
+    or None."""
+    return _BODY.get()
 
 
-class Job(Generic[T]):
+class SyncBody:
+    """A sync step's body as far as what it leaves open: when the step is `abandon`ed (its
+    caller stopped waiting; the thread runs on), what the body registered is closed from the
+    caller's thread. Nested in the sync step it runs in, if any: abandoning that one closes
+    this one's too."""
+
+    __slots__ = ("_abandoned", "_closers", "_parent")
+
+    def __init__(self) -> None:
+        self._parent = _BODY.get()
+        self._closers: list[Callable[[], object]] | None = None
+        self._abandoned = False
+
+    def entered(self) -> Token[SyncBody | None]:
+        """Make this the sync body in context (for a body run by someone else's thread, which
+        copies the context: LangGraph's executor); `left` undoes it."""
+        return _BODY.set(self)
+
+    @staticmethod
+    def left(token: Token[SyncBody | None]) -> None:
+        _BODY.reset(token)
+
+    @property
+    def abandoned(self) -> bool:
+        """True once this body, or the sync step it runs in, was abandoned."""
+        body: SyncBody | None = self
+        while body is not None:
+            if body._abandoned:
+                return True
+            body = body._parent
+        return False
+
+    def on_abandon(self, close: Callable[[], object]) -> bool:
+        """Call `close` if this body (or the sync step it runs in) is abandoned before `forget`;
+        at once, and False, if it is already."""
+        with _CLOSERS_LOCK:
+            late = self.abandoned
+            if not late:
+                body: SyncBody | None = self
+                while body is not None:
+                    if body._closers is None:
+                        body._closers = []
+                    body._closers.append(close)
+                    body = body._parent
+        if late:
+            close()
+        return not late
+
+    def forget(self, close: Callable[[], object]) -> None:
+        """`close` is no longer needed (what it closes ended on its own)."""
+        with _CLOSERS_LOCK:
+            body: SyncBody | None = self
+            while body is not None:
+                closers = body._closers
+                if closers is not None and close in closers:
+                    closers.remove(close)
+                body = body._parent
+
+    def abandon(self) -> int:
+        """Mark the body left running past its budget (the caller has stopped waiting), and
+        close what it registered to close; how many there were. Its thread runs on."""
+        with _CLOSERS_LOCK:
+            self._abandoned = True
+            closers, self._closers = self._closers, None
+        for close in closers or ():
+            close()
+        return len(closers or ())
+
+
+class Job(SyncBody, Generic[T]):
     """One sync body for a worker, run in a copy of the caller's context under its deadline.
 
     The caller waits on a lock that the worker releases when the body ends: cheaper than an
@@ -38,27 +108,14 @@ class Job(Generic[T]):
     what it returned.
     """
 
-    __slots__ = (
-        "_abandoned",
-        "_body",
-        "_closers",
-        "_context",
-        "_deadline",
-        "_done",
-        "_name",
-        "_parent",
-        "error",
-        "value",
-    )
+    __slots__ = ("_body", "_context", "_deadline", "_done", "_name", "error", "value")
 
     def __init__(self, body: Callable[[], T], deadline: Deadline | None, name: str) -> None:
+        SyncBody.__init__(self)
         self._body: Callable[[], T] | None = body
         self._context: contextvars.Context | None = contextvars.copy_context()  # callbacks, ...
-        self._parent = _JOB.get()  # the step this one runs in, if it is a sync step's too
         self._deadline = deadline
         self._name = name
-        self._closers: list[Callable[[], object]] | None = None
-        self._abandoned = False
         self._done = _thread.allocate_lock()
         self._done.acquire()
         self.value: T | None = None
@@ -83,57 +140,11 @@ class Job(Generic[T]):
         """Wake the caller, if it is still waiting."""
         self._done.release()
 
-    @property
-    def abandoned(self) -> bool:
-        """True once this job, or the sync step it runs in, was left running past its budget."""
-        job: Job[Any] | None = self
-        while job is not None:
-            if job._abandoned:
-                return True
-            job = job._parent
-        return False
-
-    def on_abandon(self, close: Callable[[], object]) -> bool:
-        """Call `close` if this job (or the sync step it runs in) is abandoned before `forget`;
-        at once, and False, if it is already."""
-        with _CLOSERS_LOCK:
-            late = self.abandoned
-            if not late:
-                job: Job[Any] | None = self
-                while job is not None:
-                    if job._closers is None:
-                        job._closers = []
-                    job._closers.append(close)
-                    job = job._parent
-        if late:
-            close()
-        return not late
-
-    def forget(self, close: Callable[[], object]) -> None:
-        """`close` is no longer needed (what it closes ended on its own)."""
-        with _CLOSERS_LOCK:
-            job: Job[Any] | None = self
-            while job is not None:
-                closers = job._closers
-                if closers is not None and close in closers:
-                    closers.remove(close)
-                job = job._parent
-
-    def abandon(self) -> int:
-        """Mark the job left running past its budget (the caller has stopped waiting), and
-        close what its body registered to close; how many there were. Its thread runs on."""
-        with _CLOSERS_LOCK:
-            self._abandoned = True
-            closers, self._closers = self._closers, None
-        for close in closers or ():
-            close()
-        return len(closers or ())
-
     def _call(self) -> None:
         body = self._body
         if body is None:
             return
-        _JOB.set(self)  # (in the job's own copy of the context: undone with it)
+        _BODY.set(self)  # (in the job's own copy of the context: undone with it)
         try:
             with deadline_scope(self._deadline, name=self._name):
                 self.value = body()

@@ -7,13 +7,15 @@ stayed open on the abandoned worker thread until the provider's read timeout (An
 after the deadline. Real LangChain chat model classes (OpenAI, Anthropic, Ollama, Gemini,
 Mistral) with their own SDK clients, none given by us, under the three documented ways
 (a `with_deadlines` node, `budgeted_model`, `create_agent` with `DeadlineMiddleware`), each
-`invoke`d (the node also `stream`ed), against a loopback server that needs no provider protocol:
+`invoke`d (the node also `stream`ed, and `ainvoke`d: a sync node on LangGraph's executor),
+against a loopback server that needs no provider protocol:
 it reads a request and never answers (a hang), or answers 503 with `retry-after` (an overload),
 and records when each connection was opened and closed and when each request arrived.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -165,14 +167,20 @@ class State(DeadlineState, total=False):
     answer: str
 
 
-def _node(model: BaseChatModel, *, stream: bool = False) -> None:
+def _node(model: BaseChatModel, *, stream: bool = False, run_async: bool = False) -> None:
     def ask(state: State) -> dict[str, Any]:
         return {"answer": str(model.invoke("hi").content)}
 
     graph = with_deadlines(
         StateGraph(State).add_node("ask", ask).add_edge(START, "ask"), timeout=TIMEOUT
     )
-    if stream:
+    if run_async:  # the sync node runs on LangGraph's executor thread, not on a worker of ours
+        loop = asyncio.new_event_loop()  # (not asyncio.run: it waits for the executor's threads)
+        try:
+            out = loop.run_until_complete(graph.ainvoke({"answer": ""}))
+        finally:
+            loop.close()
+    elif stream:
         *_, out = graph.stream({"answer": ""}, stream_mode="values")
     else:
         out = graph.invoke({"answer": ""})
@@ -194,6 +202,7 @@ def _agent(model: BaseChatModel) -> None:
 WAYS: dict[str, Callable[[BaseChatModel], None]] = {
     "node": _node,
     "node-stream": lambda model: _node(model, stream=True),
+    "node-ainvoke": lambda model: _node(model, run_async=True),
     "budgeted": _budgeted,
     "agent": _agent,
 }
