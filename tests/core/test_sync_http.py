@@ -5,6 +5,7 @@ sync graph, a loopback server that records when its client left."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -135,3 +136,18 @@ def test_the_environment_can_leave_httpx_as_it_is() -> None:
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
         )
         assert done.stdout.strip() == expected
+
+
+def test_on_the_event_loops_thread_a_request_ends_at_the_budget(slow: SlowServer) -> None:
+    """Sync `invoke` called from a coroutine runs the node on the loop's thread (no worker to
+    walk away from): the request's read timeout, cut to the budget, ends it there."""
+
+    async def main() -> tuple[dict[str, Any], float]:
+        with httpx.Client(timeout=30.0) as client:
+            return _run(lambda: client.get(slow.url("/slow?delay=10")).text)
+
+    out, deadline = asyncio.run(main())
+    assert time.monotonic() < deadline + MARGIN
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert out["deadline_trace"][-1].status is StepStatus.TIMED_OUT
+    assert slow.wait_disconnected(deadline + MARGIN - time.monotonic())
