@@ -144,7 +144,7 @@ class StepRecord(_PlainData):
     cancel_source: str | None = None
     started_at: float | None = None  # epoch seconds when the step started
     note: str | None = None  # why, in numbers (no user data): a skipped step's learned reason,
-    # or which model a fallback model call stood in for
+    # which model a fallback model call stood in for, or what an abandoned step's end closed
     hedges: int = 0  # extra identical copies started (a hedged read-only tool call)
     winner: int | None = None  # which copy answered a hedged call (0: the first); None: none
     hedge_held: str | None = None  # why a hedged call's next copy was not started, the first
@@ -192,7 +192,11 @@ class StepRecord(_PlainData):
         if self.stalled:
             return f"{self.name} stalled: {self.note or 'no progress'}"
         if self.status is StepStatus.ABANDONED:
-            return f"{self.name} overran its budget of {self.allocated_ms} ms (sync work abandoned)"
+            closed = f", its thread still running; {self.note}" if self.note else ""
+            return (
+                f"{self.name} overran its budget of {self.allocated_ms} ms "
+                f"(sync work abandoned{closed})"
+            )
         return f"{self.name} cancelled at its budget of {self.allocated_ms} ms"
 
     def to_dict(self) -> dict[str, Any]:

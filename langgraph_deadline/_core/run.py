@@ -17,12 +17,14 @@ from typing import Any, Generic, NamedTuple, Self, TypeVar
 import anyio
 
 from .cancel import current_signal
+from .deadline import Deadline
 from .errors import DeadlineExceeded, Stalled
 from .guard import StepGuard
 from .plan import Plan, RunTracker
 from .record import commit_record
 from .records import STALLED, StepRecord, StepStatus
 from .stall import StallWatch, current_watch, finite, stalled_note, unwatch, watching
+from .sync_http import ensure as _ensure_http
 from .workers import Job
 from .workers import submit as _submit
 
@@ -271,14 +273,16 @@ def run_sync(
 ) -> StepResult[T]:
     """Run a sync step under its budget (not started when it is below what the step needs:
     `refused`). A thread cannot be killed: past its budget the step is left running in its own
-    thread, recorded as `abandoned`, and the caller goes on in time.
+    thread, recorded as `abandoned`, and the caller goes on in time; the HTTP connections its
+    body waits on are shut down then (`sync_http.py`). A body that ends past its budget by an
+    error (a client timeout cut to it) lost a race with the wait: it is cut too, `timed_out`.
 
     Called on an event loop's thread (sync `invoke` from async code), the step runs on that
     thread instead: the caller's sync call holds the loop's thread until it returns whichever
     thread the step runs on, and waiting for a worker there would block the loop on a lock.
     The step then stops only where it checks its budget (a model's token stream, `check()`,
-    an HTTP client with `deadline_hooks`); one that ends past its budget is `timed_out`, its
-    value let go, as if it had been cut there.
+    an httpx request, cut to the budget by `sync_http.py`); one that ends past its budget is
+    `timed_out`, its value let go, as if it had been cut there.
     """
     key = id(plan)
     if plan.skip:
@@ -292,6 +296,7 @@ def run_sync(
 
     if run is not None:
         run.in_flight[key] = plan
+    _ensure_http()
     step_deadline = plan.step_deadline()
     watch = watch_of(plan)
     if watch is None:
@@ -305,6 +310,7 @@ def run_sync(
     if watch is not None and watch.limit is not None and not _on_a_loop_thread():
         stalled = _wait_watched(_submit(job), plan.budget, watch)
         if stalled is not None:
+            job.abandon()
             rec = plan.record(
                 StepStatus.ABANDONED,
                 cancel_source=STALLED,
@@ -316,13 +322,10 @@ def run_sync(
             )
             return _finish(run, key, commit, StepResult(rec, error=error))
         if not job.wait(0.0):
-            overrun = DeadlineExceeded(
-                f"deadline exceeded in {plan.name} (sync work abandoned, still running)",
-                deadline=step_deadline,
-                step=plan.name,
-            )
+            overrun, note = _abandoned(job, plan, step_deadline)
             source = "run_deadline" if plan.clamped else "step_cap"
-            rec = plan.record(StepStatus.ABANDONED, cancel_source=source, gap=watch.close(cut=True))
+            gap = watch.close(cut=True)
+            rec = plan.record(StepStatus.ABANDONED, cancel_source=source, note=note, gap=gap)
             return _finish(run, key, commit, StepResult(rec, error=overrun))
     elif _on_a_loop_thread():
         job.run()
@@ -334,22 +337,30 @@ def run_sync(
                 step=plan.name,
             )
     elif not _submit(job).wait(math.inf if plan.budget is None else plan.budget):
-        overrun = DeadlineExceeded(
-            f"deadline exceeded in {plan.name} (sync work abandoned, still running)",
-            deadline=step_deadline,
-            step=plan.name,
-        )
+        overrun, note = _abandoned(job, plan, step_deadline)
         source = "run_deadline" if plan.clamped else "step_cap"
-        rec = plan.record(StepStatus.ABANDONED, cancel_source=source)
+        rec = plan.record(StepStatus.ABANDONED, cancel_source=source, note=note)
         return _finish(run, key, commit, StepResult(rec, error=overrun))
     err = job.error
     if err is not None:
         if (
-            isinstance(err, DeadlineExceeded)
+            isinstance(err, Exception)
+            and not isinstance(err, passthrough)
             and step_deadline is not None
             and step_deadline.expired
         ):
-            # The body stopped itself at its budget (check(), client_timeout()): cut, not failed.
+            # The body ended past its budget by an error: it stopped at its budget (check(), a
+            # client timeout cut to it, a request closed or refused at it), and lost the race
+            # with the wait, which would have abandoned it an instant later. Cut, not failed.
+            if not isinstance(err, DeadlineExceeded):
+                cut = DeadlineExceeded(
+                    f"deadline exceeded in {plan.name} (it ended past its budget with "
+                    f"{type(err).__name__})",
+                    deadline=step_deadline,
+                    step=plan.name,
+                )
+                cut.__cause__ = err
+                err = cut
             source = "run_deadline" if plan.clamped else "step_cap"
             rec = plan.record(StepStatus.TIMED_OUT, cancel_source=source)
             return _finish(run, key, commit, StepResult(rec, error=err))
@@ -363,6 +374,23 @@ def run_sync(
     gap = None if watch is None else watch.close(cut=False)
     done = StepResult(plan.record(StepStatus.COMPLETED, gap=gap), value=job.value)
     return _finish(run, key, commit, done)
+
+
+def _abandoned(
+    job: Job[Any], plan: Plan, deadline: Deadline | None
+) -> tuple[DeadlineExceeded, str | None]:
+    """Abandon `job` past its budget, its HTTP connections shut down (`sync_http.py`): the
+    error that says so, and that its thread runs on; and its record's note (None: nothing
+    was closed)."""
+    closed = job.abandon()
+    note = f"{closed} HTTP connection{'s' if closed > 1 else ''} closed" if closed else None
+    error = DeadlineExceeded(
+        f"deadline exceeded in {plan.name} (sync work abandoned, its thread still running"
+        + (f"; {note})" if note else ")"),
+        deadline=deadline,
+        step=plan.name,
+    )
+    return error, note
 
 
 def _wait_watched(job: Job[Any], budget: float | None, watch: StallWatch) -> float | None:

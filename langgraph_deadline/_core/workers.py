@@ -1,5 +1,7 @@
 """Worker threads for sync steps: reused, so that a sync node or tool does not start a thread
-per call, and never shared with work that overran (a thread cannot be stopped)."""
+per call, and never shared with work that overran (a thread cannot be stopped). A job left
+running past its budget is `abandon`ed: what its body registered to close then (the HTTP
+connections it waits on, `sync_http.py`) is closed from the caller's thread."""
 
 from __future__ import annotations
 
@@ -8,17 +10,96 @@ import contextvars
 import queue
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar, Token
 from typing import Any, Final, Generic, TypeVar
 
 from .context import deadline_scope
 from .deadline import Deadline
 
-__all__ = ["Job", "submit"]
+__all__ = ["Job", "SyncBody", "current_body", "submit"]
 
 T = TypeVar("T")
 
+_BODY: Final[ContextVar[SyncBody | None]] = ContextVar("langgraph_deadline.body", default=None)
+_CLOSERS_LOCK: Final = threading.Lock()  # (closers are added rarely: one lock for all bodies)
 
-class Job(Generic[T]):
+
+def current_body() -> SyncBody | None:
+    """The sync step whose body runs here (on a worker, inline, or on LangGraph's executor),
+    or None."""
+    return _BODY.get()
+
+
+class SyncBody:
+    """A sync step's body as far as what it leaves open: when the step is `abandon`ed (its
+    caller stopped waiting; the thread runs on), what the body registered is closed from the
+    caller's thread. Nested in the sync step it runs in, if any: abandoning that one closes
+    this one's too."""
+
+    __slots__ = ("_abandoned", "_closers", "_parent")
+
+    def __init__(self) -> None:
+        self._parent = _BODY.get()
+        self._closers: list[Callable[[], object]] | None = None
+        self._abandoned = False
+
+    def entered(self) -> Token[SyncBody | None]:
+        """Make this the sync body in context (for a body run by someone else's thread, which
+        copies the context: LangGraph's executor); `left` undoes it."""
+        return _BODY.set(self)
+
+    @staticmethod
+    def left(token: Token[SyncBody | None]) -> None:
+        _BODY.reset(token)
+
+    @property
+    def abandoned(self) -> bool:
+        """True once this body, or the sync step it runs in, was abandoned."""
+        body: SyncBody | None = self
+        while body is not None:
+            if body._abandoned:
+                return True
+            body = body._parent
+        return False
+
+    def on_abandon(self, close: Callable[[], object]) -> bool:
+        """Call `close` if this body (or the sync step it runs in) is abandoned before `forget`;
+        at once, and False, if it is already."""
+        with _CLOSERS_LOCK:
+            late = self.abandoned
+            if not late:
+                body: SyncBody | None = self
+                while body is not None:
+                    if body._closers is None:
+                        body._closers = []
+                    body._closers.append(close)
+                    body = body._parent
+        if late:
+            close()
+        return not late
+
+    def forget(self, close: Callable[[], object]) -> None:
+        """`close` is no longer needed (what it closes ended on its own)."""
+        with _CLOSERS_LOCK:
+            body: SyncBody | None = self
+            while body is not None:
+                closers = body._closers
+                if closers is not None and close in closers:
+                    closers.remove(close)
+                body = body._parent
+
+    def abandon(self) -> int:
+        """Mark the body left running past its budget (the caller has stopped waiting), and
+        close what it registered to close; how many there were. Its thread runs on."""
+        with _CLOSERS_LOCK:
+            self._abandoned = True
+            closers, self._closers = self._closers, None
+        for close in closers or ():
+            close()
+        return len(closers or ())
+
+
+class Job(SyncBody, Generic[T]):
     """One sync body for a worker, run in a copy of the caller's context under its deadline.
 
     The caller waits on a lock that the worker releases when the body ends: cheaper than an
@@ -30,6 +111,7 @@ class Job(Generic[T]):
     __slots__ = ("_body", "_context", "_deadline", "_done", "_name", "error", "value")
 
     def __init__(self, body: Callable[[], T], deadline: Deadline | None, name: str) -> None:
+        SyncBody.__init__(self)
         self._body: Callable[[], T] | None = body
         self._context: contextvars.Context | None = contextvars.copy_context()  # callbacks, ...
         self._deadline = deadline
@@ -62,6 +144,7 @@ class Job(Generic[T]):
         body = self._body
         if body is None:
             return
+        _BODY.set(self)  # (in the job's own copy of the context: undone with it)
         try:
             with deadline_scope(self._deadline, name=self._name):
                 self.value = body()

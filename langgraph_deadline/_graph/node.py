@@ -43,6 +43,7 @@ from .._core.record import child_records, cut_inside
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal, ended_short
 from .._core.rules import StepRule
 from .._core.run import StepResult, StepRun, refused, run_sync, settle, unbounded_guard
+from .._core.sync_http import ensure as ensure_http
 from .._core.validate import (
     ceiling_of,
     check_fits,
@@ -52,6 +53,7 @@ from .._core.validate import (
     check_viable,
     floor_of,
 )
+from .._core.workers import SyncBody
 from .answers import close_pending
 from .inputs import plain_input
 from .messages import ToolResults, messages_of, open_tool_calls
@@ -224,6 +226,13 @@ def finish(
     raise err
 
 
+def _on_executor() -> SyncBody:
+    """The sync body of a node that LangGraph runs on its executor's thread (its httpx
+    requests are then cut and closed as a worker's are: `sync_http.py`)."""
+    ensure_http()
+    return SyncBody()
+
+
 def _real(status: StepStatus) -> bool:
     """True for a step that ran to its own end (completed, or failed by itself)."""
     return not ended_short(status)
@@ -375,6 +384,11 @@ class NodeStep:
             return finish(state, refused(plan, run), [], plan, self.settings, run, finished)
         said = said or listening(state, run, finished)
         stopped = streams_stopped()  # its model streams end at the cut, on a thread too
+        # A body on LangGraph's executor thread (a sync node under `ainvoke`): its httpx
+        # requests follow the step's deadline, and are closed if the thread is left running.
+        thread = _on_executor() if on_thread else None
+        entered = None if thread is None else thread.entered()
+        completed = False
         try:
             with (
                 child_records(plan.link, run) as children,
@@ -385,8 +399,13 @@ class NodeStep:
                 else:
                     with callbacks_in_context(said), watching_streams(plan.idle is not None):
                         step.value = await body()  # (its models' chunks are progress)
+            completed = step.result.status is StepStatus.COMPLETED
         finally:
             streams_let_go(stopped)
+            if thread is not None and entered is not None:
+                SyncBody.left(entered)
+                if not completed:
+                    thread.abandon()
         kept(said, step.result, run)
         return finish(state, step.result, children, plan, self.settings, run, finished)
 

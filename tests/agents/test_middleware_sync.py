@@ -1,6 +1,6 @@
 """DeadlineMiddleware in sync agents (`agent.invoke`): model and tool calls run on worker threads
-that cannot be killed. The run still returns on time, records say `abandoned`, a token stream
-stops at its next chunk, and with `deadline_hooks` on the client no SDK retry leaves late."""
+that cannot be killed. The run still returns on time, records say `abandoned`, a token stream's
+connection is closed at the deadline, and no SDK retry leaves late."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def slow_lookup(query: str) -> str:
     return "late"
 
 
-def test_a_sync_agent_returns_at_the_deadline_and_the_stream_stops_at_the_next_chunk(
+def test_a_sync_agent_returns_at_the_deadline_and_the_stream_is_closed_there(
     server: FakeOpenAIServer,
 ) -> None:
     server.enqueue(ChatReply.counting(200, chunk_interval=SLOW))
@@ -59,14 +59,16 @@ def test_a_sync_agent_returns_at_the_deadline_and_the_stream_stops_at_the_next_c
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     (record,) = out["deadline_trace"]
     assert record.status is StepStatus.ABANDONED  # the thread could not be killed...
-    assert server.wait_disconnected(MARGIN * 2)  # ...but its stream stopped at the next chunk
+    assert server.wait_disconnected(MARGIN * 2)  # ...but its stream's connection was closed
     deadline = Deadline.at(out["deadline"])
     assert_nothing_sent_after(server, deadline, chunks=1, within=MARGIN)
-    assert server.requests[0].disconnected - deadline._mono < SLOW + MARGIN  # type: ignore[operator]
+    assert server.requests[0].disconnected - deadline._mono < MARGIN  # type: ignore[operator]
     late = registry.get_sample_value(
         "langgraph_deadline_tokens_after_deadline_total", {"step": "model"}
     )
-    assert late == 1  # the one token that stopped the stream, counted
+    # Closed at the deadline, so no token after it reaches the model; on a loaded machine, one
+    # may come between the deadline and the close, and stop the stream itself (counted).
+    assert late in (None, 1.0)
 
 
 def test_with_deadline_hooks_the_sdk_sends_no_retry_after_the_deadline(
