@@ -1,12 +1,23 @@
 """Time for what must follow: a step keeps back what the steps after it on the way to the end
-need, at their learned high quantile.
+need, and never at the cost of the step itself when cutting it would end the run.
 
 The paths come from the graph, read once when it is wrapped (`_graph/following.py`); this
 module only prices them, from a latency book, when a step is planned. A path is the steps that
 can run one after another after this one (parallel branches are separate paths, so they count
 as their longest); what is kept back is the costliest path: each step at its learned `quantile`
-(the user's `min_viable` for it while the book holds fewer than `min_samples` of it), plus the
-hand-off between two steps (`HANDOFF_BETWEEN`) for each step of the path.
+(twice its median from a few samples; its `min_viable` when that is more), plus the hand-off
+between two steps (`HANDOFF_BETWEEN`) for each step of the path. A later step the book has not
+heard yet (and with no `min_viable`) is priced at a share of the time: what the priced steps
+leave is shared evenly between this step and the unheard ones, so the first runs keep time back
+too, from a prior that needs no configuration.
+
+The rule, never worse than keeping nothing back: a step whose cut would end the run (a node
+that is not `optional`) is never cut for what follows: cut there, the run would end at that
+step anyway, only earlier, and with it any chance of an answer. The steps inside it keep the
+time back instead (`keep_back_inside`: a tool call cut there answers with a timeout message,
+and the node returns in time). A step whose cut does not end the run (an `optional` node: cut
+at its own budget, it is dropped and the run goes on; a tool call: it answers with its timeout
+message) is cut for what follows as needed.
 """
 
 from __future__ import annotations
@@ -41,24 +52,28 @@ _REFRESH: Final = 16  # price the paths again when their samples grew by a sixte
 @dataclasses.dataclass(slots=True)
 class _Priced:
     count: int  # the samples the price was worked out from
-    seconds: float  # the costliest path's time
-    path: tuple[str, ...]  # that path
-    own: dict[tuple[str, str], tuple[int, float]]  # (kind, name): (count, its own time)
+    paths: tuple[tuple[float, int, tuple[str, ...]], ...]  # each path: (the time of its priced
+    # steps with their hand-offs, how many of its steps are not heard yet, its steps)
+
+    def after(self, budget: float) -> tuple[float, tuple[str, ...]]:
+        """The costliest path's time for a step with `budget`, and that path: its unheard
+        steps each get an even share, with this step, of what its priced steps leave."""
+        seconds = 0.0
+        worst: tuple[str, ...] = ()
+        for fixed, cold, path in self.paths:
+            total = fixed + cold * max(0.0, budget - fixed) / (cold + 1) if cold else fixed
+            if total > seconds:
+                seconds, worst = total, path
+        return seconds, worst
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class Following(StepRule):
     """A step's own cap (`inner`: a number, a rule or None), keeping back the time of the
-    costliest of `paths` (node names) when its budget leaves room for it.
-
-    Room: what stays leaves the step its own learned high quantile. Else the step itself is
-    not cut for what follows (cut there, most of its runs would end the run), but the steps
-    inside it are (`keep_back_inside`: a tool call answers with a timeout message, and the
-    node returns in time). An `optional` step (cut at its own budget, it is dropped and the
-    run goes on) needs no such room: it keeps back what follows whenever a hand-off is left to
-    it. `inner` gives
-    the cap only (a `learned(..., then=[...])` cap is never wrapped: its steps are the user's
-    word)."""
+    costliest of `paths` (node names) by the rule in the module's docstring: the steps inside
+    it keep it back when its own cut would end the run; an `optional` step or a tool call keeps
+    it back itself. `inner` gives the cap only (a
+    `learned(..., then=[...])` cap is never wrapped: its steps are the user's word)."""
 
     inner: float | StepRule | None
     paths: tuple[tuple[str, ...], ...]
@@ -88,30 +103,27 @@ class Following(StepRule):
         return inner.min_viable(kind, name) if isinstance(inner, StepRule) else 0.0
 
     def keep_back(self, kind: str, name: str, budget: float) -> float:
-        """The costliest path's time, when what stays leaves this step its own learned high
-        quantile (else 0: cut for what follows, it would end the run in its own usual time);
-        an optional step's, when what stays leaves it a hand-off (cut, it is only dropped)."""
-        priced = self._price()
-        after = priced.seconds
-        if after <= 0.0:
+        """The costliest path's time, for a step whose cut does not end the run (an optional
+        node, a tool call), when what stays leaves it a hand-off; else 0 (see the module: the
+        steps inside it keep it back instead)."""
+        if not (self.optional or kind == "tool"):
             return 0.0
-        if self.optional:
-            return after if budget - after > self.handoff else 0.0
-        if budget - after < self._own(priced, kind, name):
-            return 0.0
-        return after
+        after = self._price().after(budget)[0]
+        return after if after > 0.0 and budget - after > self.handoff else 0.0
 
     def keep_back_inside(self, kind: str, name: str, budget: float) -> float:
-        """The costliest path's time, for the steps inside this one, when it leaves them some:
-        a tool call cut there answers with a timeout message, and the node returns in time."""
-        after = self._price().seconds
+        """The costliest path's time, kept back by this step and the steps inside it together,
+        when it leaves them some: what the step does not keep back itself (`keep_back`), the
+        steps inside it do (a tool call cut there answers with a timeout message, and the node
+        returns in time)."""
+        after = self._price().after(budget)[0]
         return after if 0.0 < after < budget - self.handoff else 0.0
 
     def held_for(self, held: float) -> str:
         """The note of a step that kept back `held` s: for which path, and what each step of it
-        was priced at (its learned quantile, twice its median, its `min_viable`, or nothing yet
-        but the hand-off)."""
-        path = self._price().path
+        was priced at (its learned quantile, twice its median, its `min_viable`, or a share of
+        the time left)."""
+        path = self._price().after(held)[1]
         bases = [self._basis(step) for step in path]
         if len(set(bases)) == 1:
             basis = bases[0]
@@ -123,7 +135,7 @@ class Following(StepRule):
         """What `_step` priced a later step at, in words."""
         book = self.book
         count = book.count(name, "node")
-        learned, label = 0.0, "no samples yet"
+        learned, label = 0.0, "a share of the time left"
         if count >= max(_FIRST, self.min_samples):
             learned = book.seconds_at(name, "node", self.quantile) or 0.0
             label = f"p{self.quantile * 100:g}"
@@ -156,19 +168,25 @@ class Following(StepRule):
         kept = self._priced
         if kept and count < kept[0].count + max(1, kept[0].count // _REFRESH):
             return kept[0]
-        seconds = 0.0
-        worst: tuple[str, ...] = ()
+        paths = []
         for path in self.paths:
-            total = sum(self._step(step) for step in path)
-            if total > seconds:
-                seconds, worst = total, path
-        priced = _Priced(count, seconds, worst, {} if not kept else kept[0].own)
+            fixed, cold = 0.0, 0
+            for step in path:
+                seconds = self._step(step)
+                if seconds is None:
+                    cold += 1
+                    fixed += self.handoff
+                else:
+                    fixed += seconds
+            paths.append((fixed, cold, path))
+        priced = _Priced(count, tuple(paths))
         self._priced[:] = [priced]
         return priced
 
-    def _step(self, name: str) -> float:
-        """One later step's time: its learned quantile once warm (twice its median while it has
-        a few samples), never below its min_viable; and the hand-off to it."""
+    def _step(self, name: str) -> float | None:
+        """One later step's time with the hand-off to it: its learned quantile once warm (twice
+        its median while it has a few samples), never below its min_viable; None when the book
+        has not heard it yet and it has no min_viable (it gets a share of the time)."""
         book = self.book
         count = book.count(name, "node")
         if count >= max(_FIRST, self.min_samples):
@@ -179,21 +197,6 @@ class Following(StepRule):
         else:
             seconds = None
         floor = self.floors.get(name, 0.0)
+        if seconds is None and floor <= 0.0:
+            return None
         return max(floor, seconds or 0.0) + self.handoff
-
-    def _own(self, priced: _Priced, kind: str, name: str) -> float:
-        """This step's own learned `quantile` (twice its median from a few samples; 0 below),
-        kept until its samples grow by 1/16."""
-        book = self.book
-        count = book.count(name, kind)
-        if count < _FIRST:
-            return 0.0
-        kept = priced.own.get((kind, name))
-        if kept is not None and count < kept[0] + max(1, kept[0] // _REFRESH):
-            return kept[1]
-        if count >= self.min_samples:
-            seconds = book.seconds_at(name, kind, self.quantile) or 0.0
-        else:
-            seconds = (book.seconds_at(name, kind, 0.5) or 0.0) * _COLD_FACTOR
-        priced.own[(kind, name)] = (count, seconds)
-        return seconds

@@ -109,10 +109,21 @@ class Plan(NamedTuple):
     def clamped(self) -> bool:
         """True when the run's deadline set the budget: not the step's cap, nor the time kept
         back for the steps that must follow it (`held`), which are the step's own limits (a
-        step cut at either is cut at its own budget, `cancel_source="step_cap"`)."""
+        step cut at either is cut at its own budget: `cut_source`)."""
         if self.budget is None or self.deadline is None or self.held > 0.0:
             return False
         return self.cap is None or self.budget < self.cap
+
+    @property
+    def cut_source(self) -> str:
+        """The `cancel_source` of the step cut at its budget: `run_deadline` when the deadline
+        set it, `kept_back` when the time kept back for the steps after it did, else
+        `step_cap` (its own cap)."""
+        if self.clamped:
+            return "run_deadline"
+        if self.held > 0.0:  # (0 when its cap set the budget)
+            return "kept_back"
+        return "step_cap"
 
     def step_deadline(self) -> Deadline | None:
         """The instant the step's budget runs out (None: no budget)."""
@@ -388,10 +399,11 @@ class Step:
                     if budget is None or from_ctx < budget:
                         budget, shared = from_ctx, False
             assert budget is not None
-            if rule is not None and (held := rule.keep_back(kind, name, budget)) > 0.0:
-                budget, shared = budget - held, False
-            elif rule is not None:
+            if rule is not None:
+                # What the step does not keep back itself, the steps inside it do.
                 within = rule.keep_back_inside(kind, name, budget)
+                if (held := rule.keep_back(kind, name, budget)) > 0.0:
+                    budget, shared, within = budget - held, False, max(0.0, within - held)
             if cap is not None and cap <= budget:  # its cap sets it: nothing is kept back for later
                 shared, held, within = False, 0.0, 0.0
             budget = step_budget(cap, budget)
@@ -400,16 +412,18 @@ class Step:
                 ends = run_step_end(run)
             else:
                 ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
-            if held > 0.0 and budget > HANDOFF_BETWEEN:
-                inside = ends._moved(-HANDOFF_BETWEEN)
-            elif within > 0.0:
+            if within > 0.0:
                 inside = ends._moved(-(within + HANDOFF_BETWEEN))
+            elif held > 0.0 and budget > HANDOFF_BETWEEN:
+                inside = ends._moved(-HANDOFF_BETWEEN)
         note = None
         if viable is not None and budget is not None and 0.0 < budget < min_viable:
             note = viable.refusal(kind, name, budget)
         elif held > 0.0 or within > 0.0:
             assert rule is not None
             note = rule.held_for(held) if held > 0.0 else rule.held_for(within) + ", by its steps"
+            if held > 0.0 and within > 0.0:
+                note += f", {within:.2f} s more by its steps"
         idle = None
         if isinstance(idle_cap, StepRule):
             idle = idle_cap.idle_cap(kind, name)

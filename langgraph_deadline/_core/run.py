@@ -217,7 +217,7 @@ def settle(
             # Raised below this step (a shorter inner scope, a client) with time left: it failed.
             return _finish(run, key, commit, StepResult(plan.record(StepStatus.FAILED), error=exc))
         status = StepStatus.ABANDONED if plan.sync else StepStatus.TIMED_OUT
-        source = "run_deadline" if plan.clamped else "step_cap"
+        source = plan.cut_source
         return _finish(
             run, key, commit, StepResult(plan.record(status, cancel_source=source), error=exc)
         )
@@ -240,7 +240,7 @@ def settle(
             # Past its own budget, and the enclosing step's cut reached it first (its own was
             # still closing its I/O): cut at its budget all the same.
             status = StepStatus.ABANDONED if plan.sync else StepStatus.TIMED_OUT
-            source = "run_deadline" if plan.clamped else "step_cap"
+            source = plan.cut_source
             rec = plan.record(status, cancel_source=source)
         else:
             rec = plan.record(StepStatus.CANCELLED, cancel_source="caller")
@@ -323,7 +323,7 @@ def run_sync(
             return _finish(run, key, commit, StepResult(rec, error=error))
         if not job.wait(0.0):
             overrun, note = _abandoned(job, plan, step_deadline)
-            source = "run_deadline" if plan.clamped else "step_cap"
+            source = plan.cut_source
             gap = watch.close(cut=True)
             rec = plan.record(StepStatus.ABANDONED, cancel_source=source, note=note, gap=gap)
             return _finish(run, key, commit, StepResult(rec, error=overrun))
@@ -338,7 +338,7 @@ def run_sync(
             )
     elif not _submit(job).wait(math.inf if plan.budget is None else plan.budget):
         overrun, note = _abandoned(job, plan, step_deadline)
-        source = "run_deadline" if plan.clamped else "step_cap"
+        source = plan.cut_source
         rec = plan.record(StepStatus.ABANDONED, cancel_source=source, note=note)
         return _finish(run, key, commit, StepResult(rec, error=overrun))
     err = job.error
@@ -361,7 +361,7 @@ def run_sync(
                 )
                 cut.__cause__ = err
                 err = cut
-            source = "run_deadline" if plan.clamped else "step_cap"
+            source = plan.cut_source
             rec = plan.record(StepStatus.TIMED_OUT, cancel_source=source)
             return _finish(run, key, commit, StepResult(rec, error=err))
         if isinstance(err, passthrough):

@@ -214,7 +214,7 @@ def finish(
         value = plain_input(result.value)  # a node may bring the deadline forward, as plain data
         return with_trace(value, [*children, result.record]) if _traced(state, run) else value
     if status.ran_out:  # cut, or refused (`skipped`)
-        if settings.optional and result.record.cancel_source == "step_cap":
+        if settings.optional and result.record.cancel_source in ("step_cap", "kept_back"):
             return dropped(state, result.record, children, finished, run)
         return ended(state, result, run, children, finished=finished)
     err = result.error

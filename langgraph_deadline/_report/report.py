@@ -80,6 +80,7 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
     lines += ["", *_table(headers, rows), ""]
     lines += _hedging(stats)
     lines += _dropped(stats)
+    lines += _kept(stats)
     lines.append(
         "used/budget: median elapsed / allocated budget. of run: mean share of the run's budget "
         "spent in the step per run."
@@ -119,6 +120,18 @@ def _dropped(stats: Sequence[StepStats]) -> list[str]:
         "without them (optional)"
         for s in stats
         if s.dropped
+    ]
+    return [*out, ""] if out else []
+
+
+def _kept(stats: Sequence[StepStats]) -> list[str]:
+    """One line per step that kept time back for the steps after it: how often, how much, and
+    how many were cut there."""
+    out = [
+        f"kept back by {s.name}: {s.kept} of {s.count} kept a median {_ms(s.kept_ms)} ms for "
+        f"the steps after it, {s.cut_kept} cut there"
+        for s in stats
+        if s.kept
     ]
     return [*out, ""] if out else []
 

@@ -48,6 +48,8 @@ class StepStats:
     runs that completed all the same (an `optional` branch the run went on without).
     `cap_is_run_budget`: the suggestion would have been above the whole budget of the runs the
     step ran in, and is that budget instead (no cap above the run's budget means anything).
+    `kept`: records that kept time back for the steps after them (`held_ms`), `kept_ms` the
+    median of that time, `cut_kept`: those cut there (`cancel_source="kept_back"`).
     """
 
     name: str
@@ -70,6 +72,9 @@ class StepStats:
     stalled: int = 0  # cut at their idle cap: no progress for that long
     dropped: int = 0
     cap_is_run_budget: bool = False
+    kept: int = 0
+    kept_ms: float | None = None
+    cut_kept: int = 0
 
 
 def step_stats(trace: Trace, *, headroom: float = 1.2) -> list[StepStats]:
@@ -133,6 +138,7 @@ def _stats(name: str, kind: str, items: list[_Item], headroom: float) -> StepSta
         for r, run, short in items
         if run is not None
     )
+    kept = [r.held_ms for r, _, _ in items if r.held_ms]
     held: dict[str, int] = {}
     for rec, _, _ in items:
         if rec.hedge_held is not None:
@@ -158,4 +164,7 @@ def _stats(name: str, kind: str, items: list[_Item], headroom: float) -> StepSta
         held=tuple(sorted(held.items())),
         dropped=dropped,
         cap_is_run_budget=above,
+        kept=len(kept),
+        kept_ms=percentile(kept, 50) if kept else None,
+        cut_kept=sum(r.cancel_source == "kept_back" for r, _, _ in items),
     )

@@ -243,7 +243,7 @@ def _assert_cut_to_leave_the_writer_its_time(out: dict[str, Any], took: float, s
     assert (cut.kind, cut.status, cut.cancel_source, cut.clamped) == (
         "tool",
         status,
-        "step_cap",
+        "kept_back",
         False,
     )
     # cut at about the deadline less the writer's learned time, not at the deadline

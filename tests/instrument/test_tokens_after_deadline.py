@@ -16,6 +16,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableLambda
 
 from langgraph_deadline import Terminal
+from langgraph_deadline._core import sync_http
 from langgraph_deadline._core.observe import TokensEvent, set_observers
 from langgraph_deadline._instrument.callbacks import TOKENS_EVENT, CallbacksObserver
 from langgraph_deadline._instrument.jsonl import JsonlTraceWriter
@@ -115,6 +116,20 @@ def test_prometheus_counts_the_late_tokens() -> None:
     assert sample == 3
 
 
+@pytest.fixture
+def unclosed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx as it comes, unwrapped: an abandoned sync step's connection is then not closed at
+    its deadline (as for a client the library cannot reach), and tokens still arrive late."""
+    import httpx
+    import httpx2
+
+    sync_http.ensure()
+    for module in (httpx, httpx2):
+        send = module.HTTPTransport.handle_request
+        monkeypatch.setattr(module.HTTPTransport, "handle_request", send.__wrapped__)
+
+
+@pytest.mark.usefixtures("unclosed")
 def test_a_stream_cut_by_the_deadline_reports_its_late_token_to_otel_and_the_trace_file(
     server: FakeOpenAIServer,
     otel: tuple[OtelObserver, InMemorySpanExporter],

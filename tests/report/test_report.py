@@ -119,6 +119,29 @@ def test_an_optional_branch_is_reported_dropped_and_never_capped_above_the_run(
     assert "dropped extra: 1 of 1 cut at their own budget, the run went on" in text
 
 
+def test_the_report_shows_the_time_kept_back_and_the_steps_cut_there(tmp_path: Path) -> None:
+    """With a book, the optional branch keeps the answer's time back and is cut there."""
+    from langgraph_deadline.learn import LatencyBook
+
+    book = LatencyBook(listen=False)
+    for _ in range(40):
+        book.record("node", "answer", 0.3)
+    graph = with_deadlines(_optional_branch(), timeout=1.5, book=book, optional={"extra"})
+    saved = get_observers()
+    try:
+        with JsonlTraceWriter(tmp_path / "trace.jsonl") as writer:
+            set_observers([writer])
+            out = asyncio.run(graph.ainvoke({}))
+    finally:
+        set_observers(saved)
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
+    trace = read_trace([tmp_path / "trace.jsonl"])
+    text = format_report(trace, step_stats(trace))
+    (line,) = [x for x in text.splitlines() if x.startswith("kept back by extra:")]
+    assert line.startswith("kept back by extra: 1 of 1 kept a median ")
+    assert line.endswith(" ms for the steps after it, 1 cut there")
+
+
 def test_plot_on_a_trace_without_runs_says_why_nothing_was_drawn(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
