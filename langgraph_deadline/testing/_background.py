@@ -3,12 +3,15 @@ manager. The async form starts and stops it off the event loop, which it must no
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
 import anyio
 
-__all__ = ["Background"]
+__all__ = ["Background", "wait_until"]
 
 
 class Background:
@@ -41,3 +44,16 @@ class Background:
         tb: TracebackType | None,
     ) -> None:
         await anyio.to_thread.run_sync(self.stop)
+
+
+def wait_until(changed: threading.Condition, holds: Callable[[], bool], timeout: float) -> bool:
+    """Block until `holds()` is true, looked at each time `changed` is notified; False if it was
+    not within `timeout` seconds (what a test server's `wait_for` does)."""
+    end = time.monotonic() + timeout
+    with changed:
+        while not holds():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            changed.wait(left)
+        return True

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from starlette.types import Message, Receive, Scope, Send
 
 from .._core.extras import require_extra
-from ._background import Background
+from ._background import Background, wait_until
 from ._chat_record import ServedChatRequest, Wire, disconnects
 from ._chat_script import ChatReply, check_seconds, words
 from ._ports import unused_port_socket
@@ -182,14 +182,7 @@ class ChatServer(Background):
         self, predicate: Callable[[list[ServedChatRequest]], bool], timeout: float
     ) -> bool:
         """Block until `predicate(requests)` holds; False if it did not within `timeout` s."""
-        end = time.monotonic() + timeout
-        with self._changed:
-            while not predicate(self.requests):
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
-            return True
+        return wait_until(self._changed, lambda: predicate(self.requests), timeout)
 
     # The async waits take `timeout` like their sync twins (and return False, not raise).
     async def await_for(

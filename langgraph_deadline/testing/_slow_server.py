@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit
 
-from ._background import Background
+from ._background import Background, wait_until
 
 __all__ = ["SlowServer", "ServedRequest"]
 
@@ -97,14 +97,7 @@ class SlowServer(Background):
 
     def wait_for(self, predicate: Callable[[list[ServedRequest]], bool], timeout: float) -> bool:
         """Wait until `predicate(requests)` holds; False if it did not within `timeout` seconds."""
-        end = time.monotonic() + timeout
-        with self._changed:
-            while not predicate(self.requests):
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
-            return True
+        return wait_until(self._changed, lambda: predicate(self.requests), timeout)
 
     def wait_disconnected(self, timeout: float, *, count: int = 1) -> bool:
         """Wait until at least `count` requests saw their client disconnect."""

@@ -97,12 +97,8 @@ class _Log(DeadlineState, total=False):
     log: Annotated[list[str], operator.add]
 
 
-def test_an_optional_branch_is_reported_dropped_and_never_capped_above_the_run(
-    tmp_path: Path,
-) -> None:
-    """An optional branch cut at a cap near the run's budget: the report says the run went on
-    without it, and suggests no cap above the run's whole budget (its cut x headroom is)."""
-    graph = with_deadlines(_optional_branch(), timeout=1.5, caps={"extra": 1.3}, optional={"extra"})
+def _report_of_a_run(graph: Any, tmp_path: Path) -> str:
+    """The report of one run of `graph`, which completes without `extra` (dropped)."""
     saved = get_observers()
     try:
         with JsonlTraceWriter(tmp_path / "trace.jsonl") as writer:
@@ -113,7 +109,16 @@ def test_an_optional_branch_is_reported_dropped_and_never_capped_above_the_run(
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED
     assert out["log"] == ["answer"]
     trace = read_trace([tmp_path / "trace.jsonl"])
-    text = format_report(trace, step_stats(trace))
+    return format_report(trace, step_stats(trace))
+
+
+def test_an_optional_branch_is_reported_dropped_and_never_capped_above_the_run(
+    tmp_path: Path,
+) -> None:
+    """An optional branch cut at a cap near the run's budget: the report says the run went on
+    without it, and suggests no cap above the run's whole budget (its cut x headroom is)."""
+    graph = with_deadlines(_optional_branch(), timeout=1.5, caps={"extra": 1.3}, optional={"extra"})
+    text = _report_of_a_run(graph, tmp_path)
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line[:6].strip()}
     assert rows["extra"][-3:] == ["run", "1500", "(0)"]  # not >=1560: 1.2 x its 1.3 s cut
     assert "dropped extra: 1 of 1 cut at their own budget, the run went on" in text
@@ -127,16 +132,7 @@ def test_the_report_shows_the_time_kept_back_and_the_steps_cut_there(tmp_path: P
     for _ in range(40):
         book.record("node", "answer", 0.3)
     graph = with_deadlines(_optional_branch(), timeout=1.5, book=book, optional={"extra"})
-    saved = get_observers()
-    try:
-        with JsonlTraceWriter(tmp_path / "trace.jsonl") as writer:
-            set_observers([writer])
-            out = asyncio.run(graph.ainvoke({}))
-    finally:
-        set_observers(saved)
-    assert out["deadline_outcome"].terminal is Terminal.COMPLETED
-    trace = read_trace([tmp_path / "trace.jsonl"])
-    text = format_report(trace, step_stats(trace))
+    text = _report_of_a_run(graph, tmp_path)
     (line,) = [x for x in text.splitlines() if x.startswith("kept back by extra:")]
     assert line.startswith("kept back by extra: 1 of 1 kept a median ")
     assert line.endswith(" ms for the steps after it, 1 cut there")
