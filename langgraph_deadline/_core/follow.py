@@ -7,9 +7,11 @@ can run one after another after this one (parallel branches are separate paths, 
 as their longest); what is kept back is the costliest path: each step at its learned `quantile`
 (twice its median from a few samples; its `min_viable` when that is more), plus the hand-off
 between two steps (`HANDOFF_BETWEEN`) for each step of the path. A later step the book has not
-heard yet (and with no `min_viable`) is priced at a share of the time: what the priced steps
-leave is shared evenly between this step and the unheard ones, so the first runs keep time back
-too, from a prior that needs no configuration.
+heard yet (and with no `min_viable`) is priced, for a step that is cut for it (a tool call, an
+optional node), at a share of the time: what the priced steps leave is shared evenly between
+that step and the unheard ones, so the first runs keep time back too, from a prior that needs
+no configuration; for the steps inside a node, at its hand-off only (they may be calls whose cut
+ends the run, and the unheard step may take no time at all).
 
 The rule, never worse than keeping nothing back: a step whose cut would end the run (a node
 that is not `optional`) is never cut for what follows: cut there, the run would end at that
@@ -55,13 +57,16 @@ class _Priced:
     paths: tuple[tuple[float, int, tuple[str, ...]], ...]  # each path: (the time of its priced
     # steps with their hand-offs, how many of its steps are not heard yet, its steps)
 
-    def after(self, budget: float) -> tuple[float, tuple[str, ...]]:
+    def after(self, budget: float, *, share: bool = True) -> tuple[float, tuple[str, ...]]:
         """The costliest path's time for a step with `budget`, and that path: its unheard
-        steps each get an even share, with this step, of what its priced steps leave."""
+        steps each get an even share, with this step, of what its priced steps leave (only
+        their hand-offs without `share`)."""
         seconds = 0.0
         worst: tuple[str, ...] = ()
         for fixed, cold, path in self.paths:
-            total = fixed + cold * max(0.0, budget - fixed) / (cold + 1) if cold else fixed
+            total = (
+                fixed + cold * max(0.0, budget - fixed) / (cold + 1) if cold and share else fixed
+            )
             if total > seconds:
                 seconds, worst = total, path
         return seconds, worst
@@ -115,14 +120,16 @@ class Following(StepRule):
         """The costliest path's time, kept back by this step and the steps inside it together,
         when it leaves them some: what the step does not keep back itself (`keep_back`), the
         steps inside it do (a tool call cut there answers with a timeout message, and the node
-        returns in time)."""
-        after = self._price().after(budget)[0]
+        returns in time). Later steps not heard yet count only their hand-offs here: the steps
+        inside a node may be calls whose cut ends the run (its model call), and a share of the
+        time for a step that may take none would starve them."""
+        after = self._price().after(budget, share=self.optional or kind == "tool")[0]
         return after if 0.0 < after < budget - self.handoff else 0.0
 
     def held_for(self, held: float) -> str:
         """The note of a step that kept back `held` s: for which path, and what each step of it
-        was priced at (its learned quantile, twice its median, its `min_viable`, or a share of
-        the time left)."""
+        was priced at (its learned quantile, twice its median, its `min_viable`, or not heard
+        yet)."""
         path = self._price().after(held)[1]
         bases = [self._basis(step) for step in path]
         if len(set(bases)) == 1:
@@ -135,7 +142,7 @@ class Following(StepRule):
         """What `_step` priced a later step at, in words."""
         book = self.book
         count = book.count(name, "node")
-        learned, label = 0.0, "a share of the time left"
+        learned, label = 0.0, "not heard yet"
         if count >= max(_FIRST, self.min_samples):
             learned = book.seconds_at(name, "node", self.quantile) or 0.0
             label = f"p{self.quantile * 100:g}"
