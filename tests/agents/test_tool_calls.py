@@ -214,7 +214,11 @@ async def test_a_tool_call_cut_to_keep_back_the_models_learned_time_is_cut_at_it
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED
     assert out["messages"][-1].text == "no stock info"
     (cut,) = [r for r in out["deadline_trace"] if r.kind == "tool"]
-    assert (cut.status, cut.cancel_source, cut.clamped) == (StepStatus.TIMED_OUT, "kept_back", False)
+    assert (cut.status, cut.cancel_source, cut.clamped) == (
+        StepStatus.TIMED_OUT,
+        "kept_back",
+        False,
+    )
     assert cut.allocated_ms is not None and cut.allocated_ms == pytest.approx(1000.0, abs=250.0)
     assert cut.note is not None and cut.note.startswith("kept back ")  # the model's p99
     assert float(cut.note.split()[2]) == pytest.approx(2.0, abs=0.05)
