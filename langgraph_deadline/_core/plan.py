@@ -399,11 +399,10 @@ class Step:
                     if budget is None or from_ctx < budget:
                         budget, shared = from_ctx, False
             assert budget is not None
-            if rule is not None:
-                # What the step does not keep back itself, the steps inside it do.
+            if rule is not None and (held := rule.keep_back(kind, name, budget)) > 0.0:
+                budget, shared = budget - held, False
+            elif rule is not None:  # what the step does not keep back, the steps inside it do
                 within = rule.keep_back_inside(kind, name, budget)
-                if (held := rule.keep_back(kind, name, budget)) > 0.0:
-                    budget, shared, within = budget - held, False, max(0.0, within - held)
             if cap is not None and cap <= budget:  # its cap sets it: nothing is kept back for later
                 shared, held, within = False, 0.0, 0.0
             budget = step_budget(cap, budget)
@@ -412,18 +411,16 @@ class Step:
                 ends = run_step_end(run)
             else:
                 ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
-            if within > 0.0:
-                inside = ends._moved(-(within + HANDOFF_BETWEEN))
-            elif held > 0.0 and budget > HANDOFF_BETWEEN:
+            if held > 0.0 and budget > HANDOFF_BETWEEN:
                 inside = ends._moved(-HANDOFF_BETWEEN)
+            elif within > 0.0:
+                inside = ends._moved(-(within + HANDOFF_BETWEEN))
         note = None
         if viable is not None and budget is not None and 0.0 < budget < min_viable:
             note = viable.refusal(kind, name, budget)
         elif held > 0.0 or within > 0.0:
             assert rule is not None
             note = rule.held_for(held) if held > 0.0 else rule.held_for(within) + ", by its steps"
-            if held > 0.0 and within > 0.0:
-                note += f", {within:.2f} s more by its steps"
         idle = None
         if isinstance(idle_cap, StepRule):
             idle = idle_cap.idle_cap(kind, name)
