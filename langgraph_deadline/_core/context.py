@@ -32,6 +32,8 @@ __all__ = [
     "pop_step",
     "push_step",
     "remaining",
+    "tools_deadline",
+    "tools_until",
 ]
 
 _SCOPES: Final[ContextVar[tuple[ScopeFrame, ...]]] = ContextVar(
@@ -63,6 +65,21 @@ def current_deadline() -> Deadline | None:
     """The deadline in force here (the earliest of all open scopes), or None."""
     frames = _SCOPES.get()
     return frames[-1].effective if frames else None
+
+
+_TOOLS: Final[ContextVar[Deadline | None]] = ContextVar("langgraph_deadline.tools", default=None)
+
+
+def tools_deadline() -> Deadline | None:
+    """The deadline the tool calls of the step whose body runs here end by, when it is before
+    the one in force: time kept back for what follows the step, by the tool calls only (their
+    cut does not end the run; `follow.py`). None: the one in force."""
+    return _TOOLS.get()
+
+
+def tools_until(deadline: Deadline | None) -> Token[Deadline | None]:
+    """Set `tools_deadline` for a step's body; undone with `.reset` on the returned token."""
+    return _TOOLS.set(deadline)
 
 
 def current_scopes() -> tuple[ScopeFrame, ...]:

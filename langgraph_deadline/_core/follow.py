@@ -1,25 +1,25 @@
-"""Time for what must follow: a step keeps back what the steps after it on the way to the end
-need, and never at the cost of the step itself when cutting it would end the run.
+"""Time for what must follow: a step keeps back what the steps after it on the way to the end need,
+and never at the cost of the step itself when cutting it would end the run.
 
-The paths come from the graph, read once when it is wrapped (`_graph/following.py`); this
-module only prices them, from a latency book, when a step is planned. A path is the steps that
-can run one after another after this one (parallel branches are separate paths, so they count
-as their longest); what is kept back is the costliest path: each step at its learned `quantile`
-(twice its median from a few samples; its `min_viable` when that is more), plus the hand-off
-between two steps (`HANDOFF_BETWEEN`) for each step of the path. A later step the book has not
-heard yet (and with no `min_viable`) is priced, for a step that is cut for it (a tool call, an
-optional node), at a share of the time: what the priced steps leave is shared evenly between
-that step and the unheard ones, so the first runs keep time back too, from a prior that needs
-no configuration; for the steps inside a node, at its hand-off only (they may be calls whose cut
-ends the run, and the unheard step may take no time at all).
+The paths come from the graph, read once when it is wrapped (`_graph/following.py`); this module
+only prices them, from a latency book, when a step is planned. A path is the steps that can run one
+after another after this one (parallel branches are separate paths, so they count as their longest);
+what is kept back is the costliest path: each step at its learned `quantile`, at most three times
+its median (`_STRAGGLER`; twice its median from a few samples; its `min_viable` when that is more),
+plus the hand-off between two steps (`HANDOFF_BETWEEN`) for each step of the path. A later step the
+book has not heard yet (and with no `min_viable`) is priced, for a step that is cut for it (a tool
+call, an optional node, the tool calls inside a node), at a share of the time: what the priced steps
+leave is shared evenly between that step and the unheard ones, so the first runs keep time back too,
+from a prior that needs no configuration; for the other steps inside a node, at its hand-off only
+(they may be calls whose cut ends the run, and the unheard step may take no time at all).
 
-The rule, never worse than keeping nothing back: a step whose cut would end the run (a node
-that is not `optional`) is never cut for what follows: cut there, the run would end at that
-step anyway, only earlier, and with it any chance of an answer. The steps inside it keep the
-time back instead (`keep_back_inside`: a tool call cut there answers with a timeout message,
-and the node returns in time). A step whose cut does not end the run (an `optional` node: cut
-at its own budget, it is dropped and the run goes on; a tool call: it answers with its timeout
-message) is cut for what follows as needed.
+The rule, never worse than keeping nothing back: a step whose cut would end the run (a node that is
+not `optional`) is never cut for what follows: cut there, the run would end at that step anyway,
+only earlier, and with it any chance of an answer. The steps inside it keep the time back instead
+(`keep_back_inside`: a tool call cut there answers with a timeout message, and the node returns in
+time; its tool calls see a deadline of their own for it, `Plan.for_tools`). A step whose cut does
+not end the run (an `optional` node: cut at its own budget, it is dropped and the run goes on; a
+tool call: it answers with its timeout message) is cut for what follows as needed.
 """
 
 from __future__ import annotations
@@ -43,6 +43,12 @@ instead (one straggler does not move a median); below that, the step's `min_viab
 given)."""
 _FIRST: Final = 3
 _COLD_FACTOR: Final = 2.0  # a lognormal step with sigma 0.4 has its p95 at 1.9 x its median
+_STRAGGLER: Final = 3.0
+"""A later step is kept back at most at this many times its median: beyond that a sample is a
+straggler (a lognormal step with sigma 0.67 has its p95 here). With a few per cent of
+stragglers, the p95 of a few dozen samples can be a straggler's time, and keeping that back
+cut this step's tool calls in most runs for an answer that, straggling, the deadline would not
+have held anyway (docs/benchmarks.md, "Learned budgets": 1.4 tools answered of 3)."""
 HANDOFF_BETWEEN: Final = 0.025
 """Seconds from one step's end to the next one's start in the same run (LangGraph's superstep,
 the checkpoint write, the event loop's queue): measured from the step records of
@@ -116,15 +122,19 @@ class Following(StepRule):
         after = self._price().after(budget)[0]
         return after if after > 0.0 and budget - after > self.handoff else 0.0
 
-    def keep_back_inside(self, kind: str, name: str, budget: float) -> float:
-        """The costliest path's time, kept back by this step and the steps inside it together,
-        when it leaves them some: what the step does not keep back itself (`keep_back`), the
-        steps inside it do (a tool call cut there answers with a timeout message, and the node
-        returns in time). Later steps not heard yet count only their hand-offs here: the steps
-        inside a node may be calls whose cut ends the run (its model call), and a share of the
-        time for a step that may take none would starve them."""
-        after = self._price().after(budget, share=self.optional or kind == "tool")[0]
-        return after if 0.0 < after < budget - self.handoff else 0.0
+    def keep_back_inside(self, kind: str, name: str, budget: float) -> tuple[float, float]:
+        """The costliest path's time, kept back by the steps inside this one when it keeps none
+        back itself (`keep_back`), when it leaves them some: (for every step inside, for its
+        tool calls). A tool call cut there answers with a timeout message and the node returns
+        in time, so the tool calls price later steps not heard yet at a share of the time;
+        every other step inside counts only their hand-offs (it may be a call whose cut ends
+        the run, its model call, and a share for a step that may take no time would starve
+        it)."""
+        priced = self._price()
+        every = priced.after(budget, share=self.optional or kind == "tool")[0]
+        tools = priced.after(budget)[0]
+        room = budget - self.handoff
+        return (every if 0.0 < every < room else 0.0, tools if 0.0 < tools < room else 0.0)
 
     def held_for(self, held: float) -> str:
         """The note of a step that kept back `held` s: for which path, and what each step of it
@@ -146,6 +156,9 @@ class Following(StepRule):
         if count >= max(_FIRST, self.min_samples):
             learned = book.seconds_at(name, "node", self.quantile) or 0.0
             label = f"p{self.quantile * 100:g}"
+            bound = (book.seconds_at(name, "node", 0.5) or 0.0) * _STRAGGLER
+            if bound < learned:
+                learned, label = bound, f"{_STRAGGLER:g} x median"
         elif count >= _FIRST:
             learned = (book.seconds_at(name, "node", 0.5) or 0.0) * _COLD_FACTOR
             label = f"{_COLD_FACTOR:g} x median"
@@ -198,6 +211,9 @@ class Following(StepRule):
         count = book.count(name, "node")
         if count >= max(_FIRST, self.min_samples):
             seconds = book.seconds_at(name, "node", self.quantile)
+            median = book.seconds_at(name, "node", 0.5)
+            if seconds is not None and median is not None:
+                seconds = min(seconds, median * _STRAGGLER)
         elif count >= _FIRST:
             median = book.seconds_at(name, "node", 0.5)
             seconds = None if median is None else median * _COLD_FACTOR

@@ -26,7 +26,7 @@ from typing import Any, Final, NamedTuple, overload
 
 from .cancel import CancelSignal, current_signal
 from .clock import SYSTEM_CLOCK
-from .context import current_deadline
+from .context import current_deadline, tools_deadline
 from .cut import GRACE, Cut, Due
 from .deadline import Deadline
 from .follow import HANDOFF_BETWEEN
@@ -92,6 +92,9 @@ class Plan(NamedTuple):
     # for them: `StepRule.keep_back_inside`)
     idle: float | None = None  # its idle cap: cut after this long with no progress (inf: its
     # gaps are watched, to be learned, but it is not cut; None: not watched)
+    for_tools: Deadline | None = None  # the deadline its own tool calls see, when before
+    # `inside`: the time they keep back for what follows it (a tool call's cut does not end the
+    # run: `StepRule.keep_back_inside`)
 
     @property
     def link(self) -> str:
@@ -359,8 +362,8 @@ class Step:
         name, kind, cap, min_viable = self.name, self.kind, self.cap, self.min_viable
         reserve, idle_cap = self.reserve, self.idle_cap
         rule = viable = None
-        held = within = 0.0
-        inside = None
+        held = within = for_tools = 0.0
+        inside = tools_end = None
         if isinstance(cap, StepRule):
             rule = cap
             cap = rule.cap(kind, name)
@@ -370,6 +373,10 @@ class Step:
             if cap is not None and min_viable > cap:
                 min_viable = cap
         ctx = current_deadline()
+        kept = None  # a tool call's deadline in context kept back for what follows its node
+        tools = tools_deadline() if kind == "tool" else None
+        if tools is not None and (ctx is None or tools._mono < ctx._mono):
+            kept, ctx = ctx, tools
         run_deadline = run.deadline if run is not None else None
         own = run_deadline if deadline is None else deadline.earliest(run_deadline)
         d = ctx if own is None else own.earliest(ctx)
@@ -398,13 +405,15 @@ class Step:
                     from_ctx = ctx._mono - now
                     if budget is None or from_ctx < budget:
                         budget, shared = from_ctx, False
+                        if kept is not None:  # its node's tool calls keep time back: it set this
+                            held = kept._mono - ctx._mono
             assert budget is not None
-            if rule is not None and (held := rule.keep_back(kind, name, budget)) > 0.0:
-                budget, shared = budget - held, False
+            if rule is not None and (own_held := rule.keep_back(kind, name, budget)) > 0.0:
+                budget, shared, held = budget - own_held, False, held + own_held
             elif rule is not None:  # what the step does not keep back, the steps inside it do
-                within = rule.keep_back_inside(kind, name, budget)
+                within, for_tools = rule.keep_back_inside(kind, name, budget)
             if cap is not None and cap <= budget:  # its cap sets it: nothing is kept back for later
-                shared, held, within = False, 0.0, 0.0
+                shared, held, within, for_tools = False, 0.0, 0.0, 0.0
             budget = step_budget(cap, budget)
             if shared and budget > 0.0:
                 assert run is not None
@@ -415,12 +424,20 @@ class Step:
                 inside = ends._moved(-HANDOFF_BETWEEN)
             elif within > 0.0:
                 inside = ends._moved(-(within + HANDOFF_BETWEEN))
+            if for_tools > within:
+                tools_end = ends._moved(-(for_tools + HANDOFF_BETWEEN))
         note = None
         if viable is not None and budget is not None and 0.0 < budget < min_viable:
             note = viable.refusal(kind, name, budget)
-        elif held > 0.0 or within > 0.0:
-            assert rule is not None
-            note = rule.held_for(held) if held > 0.0 else rule.held_for(within) + ", by its steps"
+        elif rule is not None and (held > 0.0 or within > 0.0 or for_tools > 0.0):
+            if held > 0.0:
+                note = rule.held_for(held)
+            elif within > 0.0:
+                note = rule.held_for(within) + ", by its steps"
+                if for_tools > within:
+                    note += f"; {for_tools:.2f} s by its tool calls"
+            else:
+                note = rule.held_for(for_tools) + ", by its tool calls"
         idle = None
         if isinstance(idle_cap, StepRule):
             idle = idle_cap.idle_cap(kind, name)
@@ -448,8 +465,9 @@ class Step:
                 held,
                 current_parent(),
                 inside,
-                within,
+                max(within, for_tools),
                 idle,
+                tools_end,
             ),
         )
 

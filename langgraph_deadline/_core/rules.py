@@ -63,10 +63,11 @@ class StepRule:
         must still run after it; 0 when none are named or there is no room."""
         raise NotImplementedError
 
-    def keep_back_inside(self, kind: str, name: str, budget: float) -> float:
-        """Seconds the steps inside this one (its tool calls, model calls, requests) keep back
-        for the steps after it, when `keep_back` keeps none from the step itself; 0: none."""
-        return 0.0
+    def keep_back_inside(self, kind: str, name: str, budget: float) -> tuple[float, float]:
+        """Seconds the steps inside this one keep back for the steps after it, when `keep_back`
+        keeps none from the step itself: every step inside (its model calls, requests), and its
+        tool calls (whose cut does not end the run: they may keep back more); 0: none."""
+        return 0.0, 0.0
 
     def idle_cap(self, kind: str, name: str) -> float | None:
         """The step's idle cap now: the longest gap with no progress it may show (None: not

@@ -11,12 +11,14 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import Token
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Self, TypeVar
 
 import anyio
 
 from .cancel import current_signal
+from .context import tools_until
 from .deadline import Deadline
 from .errors import DeadlineExceeded, Stalled
 from .guard import StepGuard
@@ -102,7 +104,16 @@ class StepRun(StepGuard):
     guard, and on leaving it the step's result (`result`), recorded. Set `value` to what the
     body returned; an exception that ends the step is kept in `result`, any other goes on."""
 
-    __slots__ = ("_amend", "_commit", "_key", "_passthrough", "_plan", "_result", "value")
+    __slots__ = (
+        "_amend",
+        "_commit",
+        "_key",
+        "_passthrough",
+        "_plan",
+        "_result",
+        "_tools",
+        "value",
+    )
 
     def __init__(
         self,
@@ -122,12 +133,16 @@ class StepRun(StepGuard):
         self._amend = amend
         self._key = id(plan)
         self._result: StepResult[Any] | None = None
+        self._tools: Token[Deadline | None] | None = None
         self.value: Any = None
 
     def __enter__(self) -> Self:
+        plan = self._plan
         if self._run is not None:
-            self._run.in_flight[self._key] = self._plan
+            self._run.in_flight[self._key] = plan
         super().__enter__()
+        if plan.for_tools is not None:
+            self._tools = tools_until(plan.for_tools)
         return self
 
     def __exit__(
@@ -136,6 +151,8 @@ class StepRun(StepGuard):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        if self._tools is not None:
+            self._tools.var.reset(self._tools)
         try:
             super().__exit__(exc_type, exc, tb)
         except BaseException as own:  # the guard's cut, as `DeadlineExceeded` or the caller's

@@ -611,3 +611,60 @@ async def test_from_the_first_run_a_branch_that_hangs_leaves_the_answer_a_share(
     assert (c.status, c.cancel_source) == (StepStatus.TIMED_OUT, "kept_back")
     assert c.held_ms is not None and c.held_ms >= TIMEOUT / 2 * 1000.0 - 100.0
     assert "not heard yet" in (c.note or "")
+
+
+@pytest.mark.anyio
+async def test_from_the_first_run_a_nodes_tool_calls_are_cut_for_the_answer(
+    slow_server: SlowServer,
+) -> None:
+    """An empty book; a node of the user's own calls two `deadline_tools` at once (one hangs
+    past the run), then an answer that needs 0.8 s. The node is not cut for the answer (its
+    cut would end the run), and the steps inside it count only hand-offs for a step not heard
+    yet (one could be its model call); but its tool calls, whose cut only answers "timed out",
+    keep a share of the time back for the answer from the first run (issue 46: they were cut
+    at the run's deadline, and the answer starved). A `ToolNode` did so already."""
+
+    @tool
+    async def lookup(q: str) -> str:
+        """A lookup that hangs."""
+        async with httpx.AsyncClient() as client:
+            r = await client.get(slow_server.url("/slow"), params={"delay": "30"})
+        return r.text
+
+    @tool
+    async def quick(q: str) -> str:
+        """A quick lookup."""
+        return q
+
+    tools = deadline_tools([lookup, quick], caps={"lookup": 10.0})
+
+    async def gather(state: S) -> dict[str, Any]:
+        calls = [
+            {"type": "tool_call", "id": t.name, "name": t.name, "args": {"q": "x"}} for t in tools
+        ]
+        out = await asyncio.gather(*(t.ainvoke(c) for t, c in zip(tools, calls, strict=True)))
+        return {"done": [f"{m.name}:{m.status}" for m in out]}
+
+    b = StateGraph(S)
+    b.add_node("plan", _node("plan", 0.01))
+    b.add_node("gather", gather)
+    b.add_node("answer", _node("answer", 0.8))
+    b.add_edge(START, "plan")
+    b.add_edge("plan", "gather")
+    b.add_edge("gather", "answer")
+    b.add_edge("answer", END)
+    graph = with_deadlines(
+        b, timeout=TIMEOUT, book=LatencyBook(listen=False), checkpointer=InMemorySaver()
+    )
+    out = await graph.ainvoke({}, {"configurable": {"thread_id": "t1"}})
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+    assert out["done"] == ["plan", "lookup:error", "quick:success", "answer"]
+    trace = _by_name(out["deadline_trace"])
+    call = trace["lookup"]
+    assert (call.status, call.cancel_source) == (StepStatus.TIMED_OUT, "kept_back")
+    assert call.held_ms is not None and call.held_ms >= TIMEOUT / 3 * 1000.0
+    assert (trace["gather"].note or "").endswith("s by its tool calls")
+    # the tool calls end where the node's other steps would, less what they keep back more
+    assert trace["gather"].held_ms == pytest.approx(
+        call.held_ms + HANDOFF_BETWEEN * 1000.0, abs=1.0
+    )
