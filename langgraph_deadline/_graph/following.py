@@ -187,12 +187,20 @@ def _longest_only(paths: list[Path]) -> tuple[Path, ...]:
     return tuple(kept)
 
 
-def found_book(*tables: dict[str, Any]) -> Timings | None:
-    """The latency book of the first learned setting among `tables`' values, if any."""
+def found_book(*tables: dict[str, Any], builder: Any = None) -> Timings | None:
+    """The latency book of the first learned setting among `tables`' values, or of the learned
+    cap or min_viable of a tool in one of `builder`'s tool nodes (a `ToolNode`, as
+    `create_agent`'s), if any."""
     for table in tables:
         for value in table.values():
             if isinstance(value, StepRule) and value.book is not None:
                 return value.book
+    for spec in getattr(builder, "nodes", {}).values():
+        for tool in (getattr(spec.runnable, "tools_by_name", None) or {}).values():
+            options = getattr(tool, "options", None)
+            for value in (getattr(options, "cap", None), getattr(options, "min_viable", None)):
+                if isinstance(value, StepRule) and value.book is not None:
+                    return value.book
     return None
 
 

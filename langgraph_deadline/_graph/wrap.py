@@ -223,6 +223,7 @@ def with_deadlines(
         compile_kwargs["store"] = store
 
     _check_deadline_field(builder)
+    book = book or found_book(builder=builder)
     if isinstance(optional, str) or not all(isinstance(n, str) for n in optional):
         raise TypeError(f"optional must be a collection of node names, got {optional!r}")
     dropped = set(optional)

@@ -224,6 +224,41 @@ async def test_a_learned_setting_anywhere_brings_its_book() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_learned_cap_of_a_tool_in_a_tool_node_brings_its_book(
+    server: FakeOpenAIServer, slow_server: SlowServer, steps: list[StepRecord]
+) -> None:
+    """`create_agent` with a `deadline_tool` whose cap is `learned(book)`, no `book=` given:
+    the run keeps the model's time back as with `book=` (issue 46: a learned tool cap kept
+    nothing back, and the final answer starved)."""
+
+    async def stock(sku: str) -> str:
+        """Current stock level for a SKU."""
+        async with httpx.AsyncClient() as client:
+            r = await client.get(slow_server.url("/slow"), params={"delay": "30"})
+        return r.text
+
+    server.enqueue(
+        ChatReply.tool_calls(ScriptedToolCall("stock", {"sku": "A1"})),
+        ChatReply.text("I could not get the stock level in time."),
+    )
+    book = LatencyBook(listen=False)
+    for _ in range(40):
+        book.record("node", "model", 1.0)  # the model's answer takes about a second
+    tools = deadline_tools([stock], default_cap=learned(book, cap=TIMEOUT))
+    agent = create_agent(openai_chat(server), tools, state_schema=Chat)
+    graph = with_deadlines(agent, timeout=TIMEOUT, checkpointer=InMemorySaver())
+    out = await graph.ainvoke(
+        {"messages": [HumanMessage("stock of A1?")]}, {"configurable": {"thread_id": "a2"}}
+    )
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+    assert out["messages"][-1].content == "I could not get the stock level in time."
+    (call,) = [r for r in steps if r.name == "stock"]
+    assert call.status is StepStatus.TIMED_OUT
+    # it ran against what was left once the model's second was kept back
+    assert call.remaining_ms is not None and call.remaining_ms <= (TIMEOUT - 1.0) * 1000.0
+
+
+@pytest.mark.anyio
 async def test_a_cold_book_keeps_back_the_min_viable_the_user_gave() -> None:
     book = LatencyBook(listen=False)  # empty: nothing learned yet
     graph = with_deadlines(_fan_out(), timeout=TIMEOUT, min_viable={"answer": 0.4}, book=book)
