@@ -362,7 +362,7 @@ class Step:
         name, kind, cap, min_viable = self.name, self.kind, self.cap, self.min_viable
         reserve, idle_cap = self.reserve, self.idle_cap
         rule = viable = None
-        held = within = for_tools = 0.0
+        held = within = for_tools = passed = 0.0
         inside = tools_end = None
         if isinstance(cap, StepRule):
             rule = cap
@@ -406,7 +406,7 @@ class Step:
                     if budget is None or from_ctx < budget:
                         budget, shared = from_ctx, False
                         if kept is not None:  # its node's tool calls keep time back: it set this
-                            held = kept._mono - ctx._mono
+                            held = passed = kept._mono - ctx._mono
             assert budget is not None
             if rule is not None and (own_held := rule.keep_back(kind, name, budget)) > 0.0:
                 budget, shared, held = budget - own_held, False, held + own_held
@@ -420,7 +420,7 @@ class Step:
                 ends = run_step_end(run)
             else:
                 ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
-            if held > 0.0 and budget > HANDOFF_BETWEEN:
+            if held > passed and budget > HANDOFF_BETWEEN:  # (what it keeps back itself)
                 inside = ends._moved(-HANDOFF_BETWEEN)
             elif within > 0.0:
                 inside = ends._moved(-(within + HANDOFF_BETWEEN))

@@ -316,14 +316,19 @@ def run_sync(
     _ensure_http()
     step_deadline = plan.step_deadline()
     watch = watch_of(plan)
-    if watch is None:
+    if watch is None and plan.for_tools is None:
         job = Job(body, step_deadline, plan.name)
-    else:  # the job's copy of the context holds the watch: its stream's progress reaches it
-        token = watching(watch)
+    else:  # the job's copy of the context holds the watch (its stream's progress reaches it)
+        # and the deadline its tool calls see (`Plan.for_tools`)
+        token = watching(watch) if watch is not None else None
+        tools = tools_until(plan.for_tools) if plan.for_tools is not None else None
         try:
             job = Job(body, step_deadline, plan.name)
         finally:
-            unwatch(token)
+            if tools is not None:
+                tools.var.reset(tools)
+            if token is not None:
+                unwatch(token)
     if watch is not None and watch.limit is not None and not _on_a_loop_thread():
         stalled = _wait_watched(_submit(job), plan.budget, watch)
         if stalled is not None:

@@ -703,3 +703,43 @@ async def test_from_the_first_run_a_nodes_tool_calls_are_cut_for_the_answer(
     assert trace["gather"].held_ms == pytest.approx(
         call.held_ms + HANDOFF_BETWEEN * 1000.0, abs=1.0
     )
+
+
+def test_in_sync_code_a_nodes_tool_calls_are_cut_for_the_answer_from_the_first_run(
+    slow_server: SlowServer,
+) -> None:
+    """The same under `invoke`: a sync node's tool call (a sync request that hangs) is given
+    up, and its connection closed, a share of the time before the node's own end, and the
+    answer after it gets its time."""
+
+    @tool
+    def lookup(q: str) -> str:
+        """A lookup that hangs."""
+        with httpx.Client() as client:
+            return client.get(slow_server.url("/slow"), params={"delay": "30"}).text
+
+    (wrapped,) = deadline_tools([lookup], caps={"lookup": 10.0})
+
+    def gather(state: S) -> dict[str, Any]:
+        call = {"type": "tool_call", "id": "1", "name": "lookup", "args": {"q": "x"}}
+        reply = wrapped.invoke(call)
+        return {"done": [f"lookup:{reply.status}"]}
+
+    def answer(state: S) -> dict[str, Any]:
+        time.sleep(0.8)
+        return {"done": ["answer"]}
+
+    b = StateGraph(S)
+    b.add_node("gather", gather)
+    b.add_node("answer", answer)
+    b.add_edge(START, "gather")
+    b.add_edge("gather", "answer")
+    b.add_edge("answer", END)
+    graph = with_deadlines(
+        b, timeout=TIMEOUT, book=LatencyBook(listen=False), checkpointer=InMemorySaver()
+    )
+    out = graph.invoke({}, {"configurable": {"thread_id": "s2"}})
+    assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
+    assert out["done"] == ["lookup:error", "answer"]
+    call = _by_name(out["deadline_trace"])["lookup"]
+    assert (call.status, call.cancel_source) == (StepStatus.ABANDONED, "kept_back")
