@@ -16,6 +16,7 @@ from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import RunnableBinding, RunnableSequence
 from langchain_core.runnables.configurable import DynamicRunnable
 
+from .._core.sync_http import ensure as ensure_http
 from .._learn.policy import Learned
 
 __all__ = [
@@ -336,10 +337,12 @@ def call_options(
     output-token limit the budget can stream, under the parameter the model's provider takes,
     merged into what the call or the model sends there, and never above the limit already in
     force. A model of no known family (`PROVIDERS`) gets no limit, and a warning, once per
-    class.
+    class. (The model's sync HTTP client, urllib3's for botocore, is made to obey the deadline
+    too: `sync_http.py`; for an async call that its library runs on a thread.)
     """
     if budget is None:
         return CallOptions({})
+    ensure_http()
     target, bound = chat_model(model)
     provider = _provider_of_class(type(target))
     options: dict[str, Any] = {}
