@@ -172,6 +172,9 @@ PROVIDERS: Final[tuple[Provider, ...]] = (
     # The groq and fireworks SDKs take `create(timeout=...)`, as the OpenAI SDK does.
     Provider("Groq", ("langchain_groq.",), _MAX_TOKENS, "request_timeout"),
     Provider("Fireworks", ("langchain_fireworks.",), _MAX_TOKENS, "request_timeout"),
+    # `litellm.completion(max_tokens=...)`, which it maps to each provider's own name; its
+    # per-call timeout is not set (litellm's `timeout` is whole-request, not read).
+    Provider("LiteLLM", ("langchain_litellm.",), _MAX_TOKENS),
     # Converse's `inferenceConfig.maxTokens` (the call keyword `maxTokens`, or inside the
     # call's own `inferenceConfig`); botocore's read timeout belongs to the client.
     Provider(

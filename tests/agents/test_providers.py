@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import time
 import warnings
 from collections.abc import AsyncIterator, Callable
@@ -108,6 +109,16 @@ def _bedrock(s: Any, **kw: Any) -> BaseChatModel:
     )
 
 
+def _litellm(s: Any, **kw: Any) -> BaseChatModel:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # (no fetch at import)
+    from langchain_litellm import ChatLiteLLM
+
+    # litellm's OpenAI route (the openai SDK) to the OpenAI server; streaming, or its calls
+    # stream no tokens a latency book can learn a rate from (docs/howto/providers.md)
+    kw.setdefault("streaming", True)
+    return ChatLiteLLM(model="openai/gpt-fake", api_base=s.base_url, api_key="t", **kw)
+
+
 FAMILIES = [
     Family("openai", FakeOpenAIServer, _openai, "max_tokens", timeout=True),
     Family("anthropic", FakeAnthropicServer, _anthropic, "max_tokens", 529, timeout=True),
@@ -115,6 +126,7 @@ FAMILIES = [
     Family("gemini", FakeGeminiServer, _gemini, "max_output_tokens", timeout=True),
     Family("mistral", FakeOpenAIServer, _mistral, "max_tokens"),
     Family("bedrock", FakeBedrockServer, _bedrock, "max_tokens", on_thread=True),
+    Family("litellm", FakeOpenAIServer, _litellm, "max_tokens"),
 ]
 
 

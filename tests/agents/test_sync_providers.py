@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -164,6 +165,13 @@ def _bedrock(url: str) -> BaseChatModel:
     )
 
 
+def _litellm(url: str) -> BaseChatModel:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # (no fetch at import)
+    from langchain_litellm import ChatLiteLLM
+
+    return ChatLiteLLM(model="openai/gpt-test", api_base=f"{url}/v1", api_key="test")
+
+
 PROVIDERS: dict[str, Callable[[str], BaseChatModel]] = {
     "openai": _openai,
     "anthropic": _anthropic,
@@ -171,6 +179,7 @@ PROVIDERS: dict[str, Callable[[str], BaseChatModel]] = {
     "gemini": _gemini,
     "mistral": _mistral,
     "bedrock": _bedrock,  # botocore over urllib3, not httpx
+    "litellm": _litellm,  # litellm's OpenAI route: the openai SDK on httpx
 }
 
 
