@@ -16,6 +16,7 @@ from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import RunnableBinding, RunnableSequence
 from langchain_core.runnables.configurable import DynamicRunnable
 
+from .._core.sync_http import ensure as ensure_http
 from .._learn.policy import Learned
 
 __all__ = [
@@ -171,6 +172,9 @@ PROVIDERS: Final[tuple[Provider, ...]] = (
     # The groq and fireworks SDKs take `create(timeout=...)`, as the OpenAI SDK does.
     Provider("Groq", ("langchain_groq.",), _MAX_TOKENS, "request_timeout"),
     Provider("Fireworks", ("langchain_fireworks.",), _MAX_TOKENS, "request_timeout"),
+    # `litellm.completion(max_tokens=...)`, which it maps to each provider's own name; its
+    # per-call timeout is not set (litellm's `timeout` is whole-request, not read).
+    Provider("LiteLLM", ("langchain_litellm.",), _MAX_TOKENS),
     # Converse's `inferenceConfig.maxTokens` (the call keyword `maxTokens`, or inside the
     # call's own `inferenceConfig`); botocore's read timeout belongs to the client.
     Provider(
@@ -336,10 +340,12 @@ def call_options(
     output-token limit the budget can stream, under the parameter the model's provider takes,
     merged into what the call or the model sends there, and never above the limit already in
     force. A model of no known family (`PROVIDERS`) gets no limit, and a warning, once per
-    class.
+    class. (The model's sync HTTP client, urllib3's for botocore, is made to obey the deadline
+    too: `sync_http.py`; for an async call that its library runs on a thread.)
     """
     if budget is None:
         return CallOptions({})
+    ensure_http()
     target, bound = chat_model(model)
     provider = _provider_of_class(type(target))
     options: dict[str, Any] = {}

@@ -18,11 +18,20 @@ context variable. Inside one (`workers.current_body()`):
   timeout ends it, at the deadline. An HTTP/2 connection is never shut down (other requests
   may share it): its timeouts alone bound it.
 
-`LANGGRAPH_DEADLINE_SYNC_HTTP=off` in the environment leaves httpx untouched.
+urllib3 (botocore's, hence AWS Bedrock's, and `requests`') gets the same, at its pool's
+`_make_request`: refused past the deadline (botocore's retries included), its connect and read
+timeouts cut to the time left, and its connection's socket shut down when the step is
+abandoned (forgotten when the pool takes the connection back). It is also refused and cut, not
+registered, wherever a deadline is in force without a sync step: an async caller's model call
+that its library runs on an executor thread (langchain-aws's), which the caller's cancel scope
+cannot reach.
+
+`LANGGRAPH_DEADLINE_SYNC_HTTP=off` in the environment leaves httpx and urllib3 untouched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -38,7 +47,7 @@ from .workers import SyncBody, current_body
 __all__ = ["ENV", "ensure", "patched"]
 
 ENV: Final = "LANGGRAPH_DEADLINE_SYNC_HTTP"
-_MODULES: Final = ("httpx", "httpx2")
+_MODULES: Final = ("httpx", "httpx2", "urllib3")
 _MARK: Final = "__langgraph_deadline__"
 _OPENED: Final = frozenset({"connection.connect_tcp.complete", "connection.start_tls.complete"})
 
@@ -49,20 +58,25 @@ _lock = threading.Lock()
 
 
 def ensure() -> None:
-    """Wrap the default transport of httpx and httpx2, for those imported since the last call
-    (cheap: a look at a list, empty once both are wrapped, or left alone)."""
+    """Wrap the default transport of httpx and httpx2, and urllib3's pools, for those imported
+    since the last call (cheap: a look at a list, empty once all are wrapped, or left alone)."""
     for name in _pending:
         if name in sys.modules:
             with _lock:
                 for name in [n for n in _pending if n in sys.modules]:
-                    _wrap(sys.modules[name])
+                    (_wrap_urllib3 if name == "urllib3" else _wrap)(sys.modules[name])
                     _pending.remove(name)
             return
 
 
 def patched(module: Any) -> bool:
-    """Whether `module`'s (httpx's or httpx2's) default sync transport is wrapped."""
-    return getattr(module.HTTPTransport.handle_request, _MARK, False) is True
+    """Whether `module`'s (httpx's or httpx2's) default sync transport, or urllib3's pools,
+    are wrapped."""
+    if module.__name__ == "urllib3":
+        method = module.connectionpool.HTTPConnectionPool._make_request
+    else:
+        method = module.HTTPTransport.handle_request
+    return getattr(method, _MARK, False) is True
 
 
 def _wrap(module: Any) -> None:
@@ -102,18 +116,8 @@ def _send(
     """Send `request` for a sync step's body (`step`): refused past its deadline, its timeouts
     cut to the time left, its connection shut down if the step is abandoned first (an HTTP/1.1
     one: an HTTP/2 connection may carry other steps' requests too)."""
-    deadline = current_deadline()
-    left = None if deadline is None else deadline.remaining()
-    if step.abandoned or (left is not None and left < 0.001):
-        scopes = current_scopes()
-        url = request.url
-        raise DeadlineExceeded(
-            f"deadline exceeded: {request.method} {url.scheme}://{url.host}{url.path} not sent, "
-            + ("the step was abandoned" if step.abandoned else "no time left"),
-            deadline=deadline,
-            step=scopes[-1].name if scopes else None,
-            scopes=scopes,
-        )
+    url = request.url
+    left = _time_left(step, lambda: f"{request.method} {url.scheme}://{url.host}{url.path}")
     extensions = request.extensions
     timeout = extensions.get("timeout")
     if left is not None and timeout:
@@ -155,6 +159,80 @@ def _send(
     return response
 
 
+def _time_left(step: SyncBody | None, what: Callable[[], str]) -> float | None:
+    """The time left for a request (`what` names it) of a sync step (`step`) or under a
+    deadline; `DeadlineExceeded` if there is none, or the step was abandoned."""
+    deadline = current_deadline()
+    left = None if deadline is None else deadline.remaining()
+    abandoned = step is not None and step.abandoned
+    if abandoned or (left is not None and left < 0.001):
+        scopes = current_scopes()
+        raise DeadlineExceeded(
+            f"deadline exceeded: {what()} not sent, "
+            + ("the step was abandoned" if abandoned else "no time left"),
+            deadline=deadline,
+            step=scopes[-1].name if scopes else None,
+            scopes=scopes,
+        )
+    return left
+
+
+def _wrap_urllib3(module: Any) -> None:
+    pool = module.connectionpool.HTTPConnectionPool
+    original, put = pool._make_request, pool._put_conn
+    if getattr(original, _MARK, False):
+        return
+    timeout_type = module.Timeout
+
+    @functools.wraps(original)
+    def _make_request(self: Any, conn: Any, method: str, url: str, *args: Any, **kw: Any) -> Any:
+        step = current_body()
+        if step is None and current_deadline() is None:
+            return original(self, conn, method, url, *args, **kw)
+        left = _time_left(step, lambda: f"{method} {self.scheme}://{self.host}{url}")
+        if left is not None and not args:  # (urllib3 2 and 1.26 pass `timeout` by name)
+            timeout = self._get_timeout(kw.get("timeout", self.timeout))
+            connect, read = timeout.connect_timeout, timeout.read_timeout
+            kw["timeout"] = timeout_type(
+                connect=left if not isinstance(connect, float | int) else min(connect, left),
+                read=left if not isinstance(read, float | int) else min(read, left),
+            )
+        if step is None:
+            return original(self, conn, method, url, *args, **kw)
+        close = functools.partial(_shut_conn, conn)
+        conn.__dict__[_MARK] = (step, close)
+        step.on_abandon(close)
+        try:
+            return original(self, conn, method, url, *args, **kw)
+        except BaseException:
+            _release(conn)
+            raise
+
+    @functools.wraps(put)
+    def _put_conn(self: Any, conn: Any) -> None:
+        if conn is not None:
+            _release(conn)
+        put(self, conn)
+
+    setattr(_make_request, _MARK, True)
+    pool._make_request, pool._put_conn = _make_request, _put_conn
+
+
+def _release(conn: Any) -> None:
+    """The step that ran a request on urllib3's `conn` no longer needs to shut it down."""
+    held = conn.__dict__.pop(_MARK, None)
+    if held is not None:
+        held[0].forget(held[1])
+
+
+def _shut_conn(conn: Any) -> None:
+    """Shut urllib3's `conn` down both ways (if it has connected yet: before, its connect
+    timeout, cut to the budget, ends it)."""
+    sock = getattr(conn, "sock", None)
+    if isinstance(sock, socket.socket):
+        _shut_socket(sock)
+
+
 def _forget(step: SyncBody, closers: list[Callable[[], object]]) -> None:
     for close in closers:
         step.forget(close)
@@ -168,12 +246,16 @@ def _h2(stream: Any) -> bool:
 
 
 def _shut(stream: Any) -> None:
-    """Shut a connection down both ways from another thread: the server sees it close, and
-    the thread reading it wakes at once (closing the socket itself would do neither)."""
-    try:
-        sock = stream.get_extra_info("socket")
-        if isinstance(sock, socket.socket):
-            # (the base class's: an SSLSocket's own drops its TLS state under the reader)
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
-    except (OSError, ValueError):  # closed already, or detached (its TLS socket is shut)
-        pass
+    """Shut an httpcore connection down both ways from another thread."""
+    sock = stream.get_extra_info("socket")
+    if isinstance(sock, socket.socket):
+        _shut_socket(sock)
+
+
+def _shut_socket(sock: socket.socket) -> None:
+    """Shut a socket down both ways from another thread: the server sees it close, and the
+    thread reading it wakes at once (closing the socket itself would do neither)."""
+    # (the base class's: an SSLSocket's own drops its TLS state under the reader; closed
+    # already, or detached: its TLS socket is shut)
+    with contextlib.suppress(OSError, ValueError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)

@@ -53,6 +53,7 @@ from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.plan import RUN_KEY, RunAlarm, RunTracker, run_step_end
 from .._core.records import Outcome, Terminal
+from .._core.sync_http import ensure as ensure_http
 from .._core.validate import check_timestamp
 from .answers import answer_open_calls
 from .chunks import (
@@ -896,6 +897,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                 and var_child_runnable_config.get() is None
             )
             input = fresh_run_input(input, None if d is None else d.timestamp, empty=empty)
+        ensure_http()  # (a model call its library runs on a thread: `sync_http.py`)
         run = RunTracker(
             deadline=d, reserve=settings.reserve, resumable=saved(self, cfg), origin=origin_of(cfg)
         )

@@ -1,22 +1,24 @@
-"""Sync code bounds every httpx-based provider: a request that hangs is closed at the deadline,
-and no SDK retry leaves after it.
+"""Sync code bounds every provider on httpx or urllib3: a request that hangs is closed at the
+deadline, and no SDK retry leaves after it.
 
 A thread cannot be killed, so a sync call's caller always got its answer on time; but the request
 stayed open on the abandoned worker thread until the provider's read timeout (Anthropic's SDK:
-600 s, three times; Ollama and Gemini: never), and an overloaded call's SDK retries went out
-after the deadline. Real LangChain chat model classes (OpenAI, Anthropic, Ollama, Gemini,
-Mistral) with their own SDK clients, none given by us, under the three documented ways
-(a `with_deadlines` node, `budgeted_model`, `create_agent` with `DeadlineMiddleware`), each
-`invoke`d (the node also `stream`ed, and `ainvoke`d: a sync node on LangGraph's executor),
-against a loopback server that needs no provider protocol:
-it reads a request and never answers (a hang), or answers 503 with `retry-after` (an overload),
-and records when each connection was opened and closed and when each request arrived.
+600 s, three times; Ollama and Gemini: never; botocore: 60 s), and an overloaded call's SDK
+retries went out after the deadline. Real LangChain chat model classes (OpenAI, Anthropic,
+Ollama, Gemini, Mistral on httpx; Bedrock Converse on botocore and urllib3) with their own SDK
+clients, none given by us, under the three documented ways (a `with_deadlines` node,
+`budgeted_model`, `create_agent` with `DeadlineMiddleware`), each `invoke`d (the node also
+`stream`ed, and `ainvoke`d: a sync node on LangGraph's executor), against a loopback server
+that needs no provider protocol: it reads a request and never answers (a hang), or answers 503
+with `retry-after` (an overload), and records when each connection was opened and closed and
+when each request arrived.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -151,12 +153,33 @@ def _mistral(url: str) -> BaseChatModel:
     return ChatMistralAI(base_url=f"{url}/v1", api_key="test", model="mistral-test")  # type: ignore[call-arg,arg-type]
 
 
+def _bedrock(url: str) -> BaseChatModel:
+    from langchain_aws import ChatBedrockConverse
+
+    return ChatBedrockConverse(
+        model="bedrock-test",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="test",  # type: ignore[arg-type]
+        aws_secret_access_key="test",  # type: ignore[arg-type]
+    )
+
+
+def _litellm(url: str) -> BaseChatModel:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # (no fetch at import)
+    from langchain_litellm import ChatLiteLLM
+
+    return ChatLiteLLM(model="openai/gpt-test", api_base=f"{url}/v1", api_key="test")
+
+
 PROVIDERS: dict[str, Callable[[str], BaseChatModel]] = {
     "openai": _openai,
     "anthropic": _anthropic,
     "ollama": _ollama,
     "gemini": _gemini,
     "mistral": _mistral,
+    "bedrock": _bedrock,  # botocore over urllib3, not httpx
+    "litellm": _litellm,  # litellm's OpenAI route: the openai SDK on httpx
 }
 
 
@@ -281,5 +304,69 @@ def test_a_sync_model_stream_that_stalls_is_closed_at_its_idle_cap() -> None:
         assert time.monotonic() - t0 < 0.3 + 0.05 + MARGIN
         assert server.wait_disconnected(MARGIN), "the stalled stream stayed open"
         (request,) = server.requests
+        assert request.disconnected is not None
+        assert request.disconnected - t0 < 0.3 + 0.05 + MARGIN
+
+
+@pytest.mark.parametrize("way", ["node", "budgeted", "agent", "budgeted-ainvoke"])
+def test_botocores_retries_of_an_overloaded_bedrock_call_stop_at_the_deadline(
+    overload: Loopback, way: str
+) -> None:
+    """A user who gave botocore more attempts (standard mode: its backoff grows to seconds):
+    each retry goes through urllib3, refused once the deadline has passed (`sync_http.py`),
+    sync and async alike (langchain-aws runs botocore on a thread for `ainvoke` too)."""
+    from botocore.config import Config
+    from langchain_aws import ChatBedrockConverse
+
+    model = ChatBedrockConverse(
+        model="bedrock-test",
+        endpoint_url=overload.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",  # type: ignore[arg-type]
+        aws_secret_access_key="test",  # type: ignore[arg-type]
+        config=Config(retries={"max_attempts": 6, "mode": "standard"}),
+    )
+    t0 = time.monotonic()
+    with contextlib.suppress(Exception):
+        if way == "budgeted-ainvoke":
+
+            async def call() -> None:
+                with deadline_scope(TIMEOUT):
+                    await budgeted_model(model).ainvoke("hi")
+
+            loop = asyncio.new_event_loop()  # (asyncio.run would wait for the thread, which
+            try:  # sleeps out botocore's backoff before its retry is refused)
+                loop.run_until_complete(call())
+            finally:
+                loop.close()
+        else:
+            WAYS[way](model)
+    deadline = t0 + TIMEOUT
+    assert time.monotonic() < deadline + MARGIN
+    time.sleep(max(0.0, t0 + 3.0 - time.monotonic()))  # botocore's last retry came by 2.8 s
+
+    assert len(overload.arrived) > 1  # botocore retried before the deadline
+    late = [
+        round(arrived - deadline, 3) for arrived in overload.arrived if arrived > deadline + LATE
+    ]
+    assert not late, f"botocore retries sent after the deadline (s after it): {late}"
+
+
+def test_a_sync_bedrock_stream_that_stalls_is_closed_at_its_idle_cap() -> None:
+    """docs/howto/stalls.md: botocore's ConverseStream too (urllib3's connection shut down when
+    the step is abandoned as stalled), not at botocore's 60 s read timeout."""
+    from langgraph_deadline.testing import ChatReply, FakeBedrockServer
+
+    stalling = ChatReply.counting(50, chunk_interval=0.01).stalling(after=5)  # then silence
+    with FakeBedrockServer([stalling]) as server:
+        model = _bedrock(server.url)
+        llm = budgeted_model(model.model_copy(update={"disable_streaming": False}), idle_cap=0.3)
+        t0 = time.monotonic()
+        with deadline_scope(5.0), pytest.raises(DeadlineExceeded, match="stalled"):
+            llm.invoke("Write the summary.")
+        assert time.monotonic() - t0 < 0.3 + 0.05 + MARGIN
+        assert server.wait_disconnected(MARGIN), "the stalled stream stayed open"
+        (request,) = server.requests
+        assert request.chunks_sent > 0  # it was streaming
         assert request.disconnected is not None
         assert request.disconnected - t0 < 0.3 + 0.05 + MARGIN

@@ -121,16 +121,16 @@ def test_a_request_past_the_deadline_is_not_sent_and_a_trace_of_yours_still_runs
 
 def test_the_environment_can_leave_httpx_as_it_is() -> None:
     code = (
-        "import httpx\n"
+        "import httpx, urllib3\n"
         "from langgraph.graph import START, StateGraph\n"
         "from langgraph_deadline import DeadlineState, with_deadlines\n"
         "from langgraph_deadline._core.sync_http import patched\n"
         "class S(DeadlineState, total=False):\n    x: int\n"
         "g = StateGraph(S).add_node('n', lambda s: {'x': 1}).add_edge(START, 'n')\n"
         "with_deadlines(g, timeout=5.0).invoke({'x': 0})\n"
-        "print(patched(httpx))\n"
+        "print(patched(httpx), patched(urllib3))\n"
     )
-    for value, expected in (("off", "False"), ("", "True")):
+    for value, expected in (("off", "False False"), ("", "True True")):
         env = {**os.environ, ENV: value}
         done = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
