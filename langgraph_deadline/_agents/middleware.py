@@ -27,7 +27,6 @@ from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from .._core.deadline import Deadline, earliest
-from .._core.moved import renamed, renamed_property
 from .._core.record import child_records
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.rules import StepRule
@@ -57,8 +56,6 @@ from .tool_calls import ToolResult, tool_plan, tool_result
 from .turn import deadline_around, handed_on, in_parent_graph, turn_in_progress
 
 __all__ = ["DeadlineAgentState", "DeadlineMiddleware"]
-
-_NAME = "DeadlineMiddleware"
 
 
 class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -131,9 +128,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             above `model_cap`);
             `fallbacks` empty, holding a non-model or two models of one name; `book` not a
             `LatencyBook`; `fallback_quantile` outside (0, 1); `budget_note`,
-            `learned_max_tokens` or `length_hint` not a bool. (`fallback_models=` and
-            `latency_book=`, the old names of `fallbacks=` and `book=`, work for one release,
-            with a warning.)
+            `learned_max_tokens` or `length_hint` not a bool..
         ValueError: at the agent's first model call, `tool_caps` naming a tool the agent
             does not have (the tools are known only then).
     """
@@ -158,12 +153,9 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         budget_note: bool = False,
         learned_max_tokens: bool = True,
         length_hint: bool = True,
-        fallback_models: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
-        latency_book: LatencyBook | None = None,
     ) -> None:
         super().__init__()
-        models = renamed(_NAME, "fallback_models", "fallbacks", fallback_models, fallbacks)
-        given = renamed(_NAME, "latency_book", "book", latency_book, book)
+        models, given = fallbacks, book
         book = _attached(given, tool_caps, default_tool_cap)
         chain = fallbacks_of(
             models,
@@ -248,8 +240,6 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """The names of the fallback models, in the order they are tried."""
         chain = self.settings.fallbacks
         return () if chain is None else tuple(c.name for c in chain.models)
-
-    fallback_models = renamed_property(_NAME, "fallback_models", "fallbacks")
 
     # -- the run: stamp the deadline, say how it ended -----------------------------------------
 
