@@ -61,6 +61,8 @@ __all__ = ["DeadlineAgentState", "DeadlineMiddleware"]
 class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """One deadline for each run of a `create_agent` agent, shared by every model and tool call.
 
+    Its checked settings are one frozen value, `settings` (`middleware.settings.timeout`, ...).
+
     - Each run gets a fresh deadline: the earliest of `timeout` from its start, the deadline in
       context (`deadline_scope`, `DeadlineASGIMiddleware`) and one given in the input with
       `deadline_input(...)`. It replaces the previous run's on the same thread.
@@ -185,55 +187,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         )
         self.tools = []
 
-    # -- the settings, read-only ---------------------------------------------------------------
-
-    @property
-    def timeout(self) -> float | None:
-        return self.settings.timeout
-
-    @property
-    def reserve(self) -> float:
-        return self.settings.reserve
-
-    @property
-    def tool_caps(self) -> Mapping[str, float | StepRule | None]:
-        return self.settings.tool_caps
-
-    @property
-    def default_tool_cap(self) -> float | StepRule | None:
-        return self.settings.default_tool_cap
-
-    @property
-    def model_cap(self) -> float | None:
-        return self.settings.model_cap
-
-    @property
-    def model_min_viable(self) -> float:
-        return self.settings.model_min_viable
-
-    @property
-    def model_idle_cap(self) -> float | StepRule | None:
-        return self.settings.model_idle_cap
-
-    @property
-    def tokens_per_second(self) -> float | Learned | None:
-        return self.settings.tokens_per_second
-
-    @property
-    def partial_answer(self) -> bool:
-        return self.settings.partial_answer
-
-    @property
-    def budget_note(self) -> bool:
-        return self.settings.budget_note
-
-    @property
-    def learned_max_tokens(self) -> bool:
-        return self.settings.learned_max_tokens
-
-    @property
-    def length_hint(self) -> bool:
-        return self.settings.length_hint
+    # -- the settings are `self.settings`; only the fallbacks' names are read here --------------
 
     @property
     def fallbacks(self) -> tuple[str, ...]:
@@ -267,7 +221,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         nested = in_parent_graph()  # a parent's state may hold a previous turn's deadline
         mine = stamped is None or stamped == run.get("at") or nested
         given = None if mine else deadline_from_state(values)
-        own = None if self.timeout is None else Deadline.after(self.timeout)
+        own = None if self.settings.timeout is None else Deadline.after(self.settings.timeout)
         d = earliest(given, deadline_around(), own)
         at = None if d is None else d.timestamp
         return {**fresh_run_update(at), RUN: run_started(at, self.settings.reserve, nested=nested)}
