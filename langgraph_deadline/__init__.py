@@ -5,13 +5,11 @@ needs, is really cancelled at its budget, and ends in a named terminal the calle
 """
 
 from importlib import metadata as _metadata
-from typing import Any as _Any
 
 from ._agents.model import BudgetedModel, budgeted_model
 from ._core.context import check, client_timeout, current_deadline, deadline_scope, remaining
 from ._core.deadline import Deadline, earliest
 from ._core.errors import DeadlineExceeded
-from ._core.moved import moved as _moved
 from ._core.observe import set_default_factory as _set_default_factory
 from ._core.records import Outcome, StepRecord, Terminal
 from ._core.timeouts import timeout_message
@@ -64,25 +62,3 @@ __version__ = _metadata.version("langgraph-deadline")
 
 # The core emits to observers; which ones a process gets by default is the instrument layer's call.
 _set_default_factory(_default_observers)
-
-# Names that moved to the public module that owns them; the old path warns for one release.
-_MOVED = {
-    "ManualClock": "langgraph_deadline.testing",
-    "Clock": "langgraph_deadline.testing",
-    "SystemClock": "langgraph_deadline.testing",
-    "LatencyBook": "langgraph_deadline.learn",
-    "LatencySketch": "langgraph_deadline.learn",
-    "Estimate": "langgraph_deadline.learn",
-    "Learned": "langgraph_deadline.learn",
-    "learned": "langgraph_deadline.learn",
-    "DeadlineGraph": "langgraph_deadline.types",
-    "DeadlineEntrypoint": "langgraph_deadline.types",
-    "DeadlineTool": "langgraph_deadline.types",
-    "ScopeFrame": "langgraph_deadline.types",
-    "StepStatus": "langgraph_deadline.types",
-    "ToolTimeout": "langgraph_deadline.types",
-}
-
-
-def __getattr__(name: str) -> _Any:
-    return _moved(__name__, name, _MOVED)

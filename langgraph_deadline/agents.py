@@ -17,20 +17,10 @@ Needs the `langchain` package, from the `agents` extra (`pip install
 'langgraph-deadline[agents]'`); without it, importing this module says so.
 """
 
-from typing import Any
-
 from ._core.extras import needs_extra
-from ._core.moved import moved
 
 with needs_extra("agents", "langgraph_deadline.agents"):
     from ._agents.middleware import DeadlineMiddleware
     from ._agents.run import DeadlineAgentState
 
 __all__ = ["DeadlineAgentState", "DeadlineMiddleware"]
-
-# `budgeted_model` needs no `langchain`: it is at the package's root, with `deadline_tool`.
-_MOVED = {"BudgetedModel": "langgraph_deadline", "budgeted_model": "langgraph_deadline"}
-
-
-def __getattr__(name: str) -> Any:
-    return moved(__name__, name, _MOVED)

@@ -110,18 +110,13 @@ def test_no_name_is_exported_from_two_public_modules() -> None:
         ("langgraph_deadline.agents", "langgraph_deadline", "BudgetedModel"),
     ],
 )
-def test_a_moved_name_still_imports_from_its_old_module_with_a_warning_naming_the_new(
-    old: str, new: str, name: str
-) -> None:
+def test_an_old_import_path_is_gone_before_the_first_release(old: str, new: str, name: str) -> None:
+    """Nothing is released yet, so a name that moved has no alias at its old path (#49)."""
     import importlib
 
-    with pytest.warns(
-        DeprecationWarning, match=rf"^{old}\.{name} has moved: from {new} import {name} "
-    ) as warned:
-        found = getattr(importlib.import_module(old), name)
-    assert [w.filename for w in warned] == [__file__]  # the line that used the old path
-    assert found is getattr(importlib.import_module(new), name)
-    assert name not in importlib.import_module(old).__all__
+    with pytest.raises(AttributeError, match=f"has no attribute {name!r}"):
+        getattr(importlib.import_module(old), name)
+    assert getattr(importlib.import_module(new), name) is not None
 
 
 def test_an_unknown_name_is_still_an_attribute_error() -> None:

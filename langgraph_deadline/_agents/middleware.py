@@ -27,7 +27,6 @@ from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from .._core.deadline import Deadline, earliest
-from .._core.moved import renamed, renamed_property
 from .._core.record import child_records
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.rules import StepRule
@@ -58,11 +57,11 @@ from .turn import deadline_around, handed_on, in_parent_graph, turn_in_progress
 
 __all__ = ["DeadlineAgentState", "DeadlineMiddleware"]
 
-_NAME = "DeadlineMiddleware"
-
 
 class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """One deadline for each run of a `create_agent` agent, shared by every model and tool call.
+
+    Its checked settings are one frozen value, `settings` (`middleware.settings.timeout`, ...).
 
     - Each run gets a fresh deadline: the earliest of `timeout` from its start, the deadline in
       context (`deadline_scope`, `DeadlineASGIMiddleware`) and one given in the input with
@@ -131,9 +130,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             above `model_cap`);
             `fallbacks` empty, holding a non-model or two models of one name; `book` not a
             `LatencyBook`; `fallback_quantile` outside (0, 1); `budget_note`,
-            `learned_max_tokens` or `length_hint` not a bool. (`fallback_models=` and
-            `latency_book=`, the old names of `fallbacks=` and `book=`, work for one release,
-            with a warning.)
+            `learned_max_tokens` or `length_hint` not a bool..
         ValueError: at the agent's first model call, `tool_caps` naming a tool the agent
             does not have (the tools are known only then).
     """
@@ -158,12 +155,9 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         budget_note: bool = False,
         learned_max_tokens: bool = True,
         length_hint: bool = True,
-        fallback_models: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
-        latency_book: LatencyBook | None = None,
     ) -> None:
         super().__init__()
-        models = renamed(_NAME, "fallback_models", "fallbacks", fallback_models, fallbacks)
-        given = renamed(_NAME, "latency_book", "book", latency_book, book)
+        models, given = fallbacks, book
         book = _attached(given, tool_caps, default_tool_cap)
         chain = fallbacks_of(
             models,
@@ -193,63 +187,13 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         )
         self.tools = []
 
-    # -- the settings, read-only ---------------------------------------------------------------
-
-    @property
-    def timeout(self) -> float | None:
-        return self.settings.timeout
-
-    @property
-    def reserve(self) -> float:
-        return self.settings.reserve
-
-    @property
-    def tool_caps(self) -> Mapping[str, float | StepRule | None]:
-        return self.settings.tool_caps
-
-    @property
-    def default_tool_cap(self) -> float | StepRule | None:
-        return self.settings.default_tool_cap
-
-    @property
-    def model_cap(self) -> float | None:
-        return self.settings.model_cap
-
-    @property
-    def model_min_viable(self) -> float:
-        return self.settings.model_min_viable
-
-    @property
-    def model_idle_cap(self) -> float | StepRule | None:
-        return self.settings.model_idle_cap
-
-    @property
-    def tokens_per_second(self) -> float | Learned | None:
-        return self.settings.tokens_per_second
-
-    @property
-    def partial_answer(self) -> bool:
-        return self.settings.partial_answer
-
-    @property
-    def budget_note(self) -> bool:
-        return self.settings.budget_note
-
-    @property
-    def learned_max_tokens(self) -> bool:
-        return self.settings.learned_max_tokens
-
-    @property
-    def length_hint(self) -> bool:
-        return self.settings.length_hint
+    # -- the settings are `self.settings`; only the fallbacks' names are read here --------------
 
     @property
     def fallbacks(self) -> tuple[str, ...]:
         """The names of the fallback models, in the order they are tried."""
         chain = self.settings.fallbacks
         return () if chain is None else tuple(c.name for c in chain.models)
-
-    fallback_models = renamed_property(_NAME, "fallback_models", "fallbacks")
 
     # -- the run: stamp the deadline, say how it ended -----------------------------------------
 
@@ -277,7 +221,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         nested = in_parent_graph()  # a parent's state may hold a previous turn's deadline
         mine = stamped is None or stamped == run.get("at") or nested
         given = None if mine else deadline_from_state(values)
-        own = None if self.timeout is None else Deadline.after(self.timeout)
+        own = None if self.settings.timeout is None else Deadline.after(self.settings.timeout)
         d = earliest(given, deadline_around(), own)
         at = None if d is None else d.timestamp
         return {**fresh_run_update(at), RUN: run_started(at, self.settings.reserve, nested=nested)}

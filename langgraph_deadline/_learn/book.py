@@ -112,8 +112,10 @@ class LatencyBook:
         store: a LangGraph `BaseStore` (`InMemoryStore`, `PostgresStore`) to share the book
             through, or None (this process only).
         namespace: where in the store.
-        flush_every, flush_seconds: write to the store after that many new samples or that
-            many seconds, whichever comes first.
+        flush_every: write to the store after that many new samples, or after
+            `flush_seconds`, whichever comes first.
+        flush_seconds: write to the store after that many seconds, or after `flush_every`
+            new samples, whichever comes first.
         max_keys: at most this many (kind, name) keys; steps under new names past it are not
             recorded (a bound on memory: 20 KiB per key).
         listen: hear every step of the process (else feed it with `record`). Books that

@@ -204,27 +204,13 @@ def test_bad_fallback_settings_are_refused_when_made_naming_the_argument() -> No
     assert DeadlineMiddleware(fallbacks=[fast]).fallbacks == ("gpt-fast",)
 
 
-def test_the_old_names_fallback_models_and_latency_book_work_with_a_warning_naming_the_new() -> (
-    None
-):
+def test_the_old_keywords_fallback_models_and_latency_book_are_gone() -> None:
     fast = ChatOpenAI(api_key=SecretStr("test"), model="gpt-fast")
-    book = LatencyBook(listen=False)
-    with pytest.warns(DeprecationWarning, match="is now DeadlineMiddleware") as warned:
-        old = DeadlineMiddleware(fallback_models=[fast], latency_book=book)
-    assert [str(w.message).split(" (")[0] for w in warned] == [
-        "DeadlineMiddleware(fallback_models=...) is now DeadlineMiddleware(fallbacks=...)",
-        "DeadlineMiddleware(latency_book=...) is now DeadlineMiddleware(book=...)",
-    ]
-    assert [w.filename for w in warned] == [__file__, __file__]  # the caller's line
-    new = DeadlineMiddleware(fallbacks=[fast], book=book)
-    assert old.settings == new.settings
-    assert old.settings.book is book
-    with pytest.warns(DeprecationWarning, match=r"DeadlineMiddleware\.fallbacks"):
-        assert old.fallback_models == old.fallbacks == ("gpt-fast",)
-    with pytest.raises(TypeError, match="give fallbacks= only"):
-        DeadlineMiddleware(fallbacks=[fast], fallback_models=[fast])
-    with pytest.raises(TypeError, match="give book= only"):
-        DeadlineMiddleware(fallbacks=[fast], book=book, latency_book=book)
+    with pytest.raises(TypeError, match="fallback_models"):
+        DeadlineMiddleware(fallback_models=[fast])  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="latency_book"):
+        DeadlineMiddleware(latency_book=LatencyBook(listen=False))  # type: ignore[call-arg]
+    assert not hasattr(DeadlineMiddleware(fallbacks=[fast]), "fallback_models")
 
 
 @pytest.mark.anyio

@@ -277,7 +277,7 @@ def test_the_agent_middleware_takes_learned_tool_caps() -> None:
     book = _book("lookup", [0.1] * 60)
     rule = learned(book, min_samples=50, headroom=2.0, cap=3.0)
     middleware = DeadlineMiddleware(timeout=10, tool_caps={"lookup": rule}, default_tool_cap=rule)
-    assert middleware.tool_caps["lookup"] is rule
+    assert middleware.settings.tool_caps["lookup"] is rule
     with deadline_scope(10.0):
         plan = Step("lookup", "tool", middleware.settings.tool_cap("lookup")).plan()
     assert plan.budget == pytest.approx(0.2, rel=0.02)
