@@ -1,0 +1,142 @@
+"""A LangGraph graph on Temporal (the official plugin) under one deadline, on a real dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import timedelta
+from typing import Any, TypedDict, cast
+
+import httpx
+import pytest
+from langgraph.graph import START, StateGraph
+from temporalio import workflow
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.langgraph import LangGraphPlugin, graph
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
+
+from langgraph_deadline.temporal import DEADLINE_EXCEEDED, DeadlineInterceptor, deadline_memo
+
+pytestmark = [pytest.mark.temporal, pytest.mark.serial, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+SEEN: dict[str, Any] = {}
+
+
+class State(TypedDict, total=False):
+    url: str
+    log: list[str]
+
+
+async def first(state: State) -> State:
+    return {"log": [*state.get("log", []), "first"]}
+
+
+async def hang(state: State) -> State:
+    async with httpx.AsyncClient() as client:
+        await client.get(state["url"])  # the loopback server never answers
+    return {"log": [*state.get("log", []), "hang"]}
+
+
+def _builder() -> StateGraph[Any, Any, Any, Any]:
+    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    # what users write today: a fixed per-node timeout, far longer than the request has
+    opts = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
+    b.add_node("first", first, metadata=opts)
+    b.add_node("hang", hang, metadata=opts)
+    b.add_node("late", first, metadata=opts)
+    b.add_edge(START, "first")
+    b.add_edge("first", "hang")
+    b.add_edge("hang", "late")
+    return b
+
+
+@workflow.defn
+class HangWorkflow:
+    @workflow.run
+    async def run(self, state: State) -> State:
+        return cast(State, await graph("hang").compile().ainvoke(state))
+
+
+class _Server:
+    """A loopback HTTP server that accepts, reads the request, never answers; records the close."""
+
+    def __init__(self) -> None:
+        self.closed_at: list[float] = []
+        self.opened_at: list[float] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.opened_at.append(time.time())
+        while await reader.read(1024):
+            pass
+        self.closed_at.append(time.time())
+        writer.close()
+
+
+def _worker(client: Client, queue: str) -> Worker:
+    return Worker(
+        client,
+        task_queue=queue,
+        workflows=[HangWorkflow],
+        plugins=[LangGraphPlugin(graphs={"hang": _builder()})],
+        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=1.0)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+
+
+async def test_hanging_activity_is_cut_at_the_deadline_and_the_run_ends_named(
+    temporal_address: str,
+) -> None:
+    server = _Server()
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 3.0
+    async with srv, _worker(client, queue):
+        started = time.time()
+        handle = await client.start_workflow(
+            "HangWorkflow",
+            {"url": f"http://127.0.0.1:{port}/", "log": []},
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        ended = time.time()
+        history = await handle.fetch_history()
+    # the run ends in the named terminal, by the deadline (not after the node's 5 minutes)
+    cause: BaseException | None = info.value.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError) and cause.type == DEADLINE_EXCEEDED
+    assert ended - started < timeout + 2.0
+    # the server saw the request close near the deadline, not at the node's own timeout
+    assert server.opened_at and server.closed_at
+    assert server.closed_at[0] - started < timeout + 1.0
+    # each activity got its timeouts from what was left: schedule_to_close within the deadline
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert len(scheduled) == 2  # first, hang; "late" never scheduled
+    for attrs in scheduled:
+        assert attrs.schedule_to_close_timeout.ToTimedelta() <= timedelta(seconds=timeout)
+        assert attrs.start_to_close_timeout.ToTimedelta() <= timedelta(seconds=timeout)
+    # the replayer replays the run's history without a non-determinism error
+    replayer = Replayer(
+        workflows=[HangWorkflow],
+        plugins=[LangGraphPlugin(graphs={"hang": _builder()})],
+        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=1.0)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    await replayer.replay_workflow(history)
