@@ -11,6 +11,7 @@ Inside the activity the step runs under the library's deadline and heartbeats on
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import time as _time
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ with needs_extra("temporal", "langgraph_deadline.temporal"):
     from temporalio.api.common.v1 import Payload
     from temporalio.common import RetryPolicy
     from temporalio.converter import default as _default_converter
-    from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+    from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
     from temporalio.worker import (
         ActivityInboundInterceptor,
         ExecuteActivityInput,
@@ -145,13 +146,13 @@ class _ActivityInbound(ActivityInboundInterceptor):
         if deadline is None:
             return await self.next.execute_activity(input)
         info = activity.info()
-        beat = _seconds(info.heartbeat_timeout) or 1.0
+        beat_every = _seconds(info.heartbeat_timeout) or 1.0
+        # the heartbeat runs beside the step (not around it in a task group, which would wrap the
+        # step's own error in an ExceptionGroup and change what Temporal's retry policy sees)
+        beat = asyncio.ensure_future(_heartbeat(max(beat_every / 3, 0.05)))
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_heartbeat, max(beat / 3, 0.05))
-                with deadline_scope(Deadline.at(deadline), name=info.activity_type):
-                    result = await self.next.execute_activity(input)
-                tg.cancel_scope.cancel()
+            with deadline_scope(Deadline.at(deadline), name=info.activity_type):
+                return await self.next.execute_activity(input)
         except BaseException as exc:
             if type(exc).__name__ == DEADLINE_EXCEEDED or isinstance(exc, builtins.TimeoutError):
                 raise ApplicationError(
@@ -162,7 +163,8 @@ class _ActivityInbound(ActivityInboundInterceptor):
                     non_retryable=True,
                 ) from exc
             raise
-        return result
+        finally:
+            beat.cancel()
 
 
 class DeadlineInterceptor(Interceptor):
@@ -207,10 +209,11 @@ class DeadlineInterceptor(Interceptor):
                     if deadline is None or _named(exc):
                         raise
                     left = deadline - options.reserve - workflow.time()
-                    if not isinstance(exc.cause, TimeoutError) and left > 0:
+                    out_of_time = exc.retry_state == RetryState.TIMEOUT
+                    if not (out_of_time or isinstance(exc.cause, TimeoutError)) and left > 0:
                         raise
                     # Temporal timed the activity out at the budget we gave it (a hung or dead
-                    # worker): the run ends in the named terminal all the same.
+                    # worker), or its retries ran out of it: the run ends in the named terminal.
                     raise ApplicationError(
                         f"deadline_exceeded: activity {exc.activity_type} timed out at its budget",
                         {"step": exc.activity_type, "outcome": "timeout"},

@@ -8,11 +8,13 @@ import uuid
 from datetime import timedelta
 from typing import Any, TypedDict, cast
 
+import anyio
 import httpx
 import pytest
 from langgraph.graph import START, StateGraph
 from temporalio import workflow
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.langgraph import LangGraphPlugin, graph
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
@@ -140,3 +142,137 @@ async def test_hanging_activity_is_cut_at_the_deadline_and_the_run_ends_named(
         workflow_runner=UnsandboxedWorkflowRunner(),
     )
     await replayer.replay_workflow(history)
+
+
+ATTEMPTS: list[tuple[float, int, float | None]] = []
+
+
+async def flaky(state: State) -> State:
+    from temporalio import activity
+
+    from langgraph_deadline import current_deadline
+
+    d = current_deadline()
+    ATTEMPTS.append((time.time(), activity.info().attempt, None if d is None else d.timestamp))
+    if state.get("url") == "sleep":
+        await asyncio.sleep(100)
+    raise RuntimeError("upstream 503")
+
+
+def _flaky_builder() -> StateGraph[Any, Any, Any, Any]:
+    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    b.add_node(
+        "flaky",
+        flaky,
+        metadata={
+            "execute_in": "activity",
+            "start_to_close_timeout": timedelta(minutes=5),
+            # what users write today: retry forever, each attempt with a fresh 5 minutes
+            "retry_policy": RetryPolicy(
+                initial_interval=timedelta(seconds=0.4), backoff_coefficient=1.0
+            ),
+        },
+    )
+    b.add_edge(START, "flaky")
+    return b
+
+
+@workflow.defn
+class FlakyWorkflow:
+    @workflow.run
+    async def run(self, state: State) -> State:
+        return cast(State, await graph("flaky").compile().ainvoke(state))
+
+
+def _flaky_worker(client: Client, queue: str) -> Worker:
+    return Worker(
+        client,
+        task_queue=queue,
+        workflows=[FlakyWorkflow],
+        plugins=[LangGraphPlugin(graphs={"flaky": _flaky_builder()})],
+        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=0.6)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+        graceful_shutdown_timeout=timedelta(0),
+    )
+
+
+def _terminal(error: WorkflowFailureError) -> ApplicationError | None:
+    cause: BaseException | None = error.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    return cause
+
+
+async def _replay(history: WorkflowHistory) -> None:
+    await Replayer(
+        workflows=[FlakyWorkflow],
+        plugins=[LangGraphPlugin(graphs={"flaky": _flaky_builder()})],
+        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=0.6)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ).replay_workflow(history)
+
+
+async def test_retries_share_the_budget_and_none_starts_after_the_deadline(
+    temporal_address: str,
+) -> None:
+    ATTEMPTS.clear()
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 3.0
+    async with _flaky_worker(client, queue):
+        started = time.time()
+        handle = await client.start_workflow(
+            "FlakyWorkflow",
+            {"url": "fail", "log": []},
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        ended = time.time()
+        history = await handle.fetch_history()
+    terminal = _terminal(info.value)
+    assert terminal is not None and terminal.type == DEADLINE_EXCEEDED
+    assert ended - started < timeout + 2.0  # not retried for the 5 minutes a fresh budget gives
+    assert len(ATTEMPTS) >= 3  # it did retry, within the one budget
+    assert all(at < started + timeout for at, _, _ in ATTEMPTS)  # none started after it
+    assert [d for _, _, d in ATTEMPTS] == [pytest.approx(started + timeout - 0.3)] * len(ATTEMPTS)
+    await _replay(history)
+
+
+async def test_a_worker_stopped_mid_activity_leaves_the_retry_only_the_time_left(
+    temporal_address: str,
+) -> None:
+    """A workflow-and-activity worker dies mid-run; a new one resumes with the same deadline."""
+    ATTEMPTS.clear()
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 5.0
+    started = time.time()
+    async with _flaky_worker(client, queue):
+        handle = await client.start_workflow(
+            "FlakyWorkflow",
+            {"url": "sleep", "log": []},
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        with anyio.fail_after(timeout):
+            while not ATTEMPTS:  # noqa: ASYNC110 - the activity appends from the worker's task
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+    # the first worker is gone mid-activity; a fresh one (new workflow cache) picks the run up
+    async with _flaky_worker(client, queue):
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        ended = time.time()
+        history = await handle.fetch_history()
+    terminal = _terminal(info.value)
+    assert terminal is not None and terminal.type == DEADLINE_EXCEEDED
+    assert ended - started < timeout + 2.0
+    assert len(ATTEMPTS) >= 2 and ATTEMPTS[-1][1] >= 2  # retried on the new worker
+    # every attempt, on either worker, ran to the one deadline: the retry got only the time left
+    assert [d for _, _, d in ATTEMPTS] == [pytest.approx(started + timeout - 0.3)] * len(ATTEMPTS)
+    assert all(at < started + timeout for at, _, _ in ATTEMPTS)
+    await _replay(history)
