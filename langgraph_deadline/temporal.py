@@ -50,6 +50,7 @@ MEMO_KEY = "langgraph_deadline"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 """The `ApplicationError.type` a run ends with when its deadline leaves a step no time."""
 _HEADER = "langgraph-deadline"
+_GRACE = 0.1
 
 
 def deadline_memo(timeout: float, *, now: float | None = None) -> dict[str, float]:
@@ -96,14 +97,14 @@ def _plan(input: StartActivityInput, deadline: float, options: _Options) -> Star
             type=DEADLINE_EXCEEDED,
             non_retryable=True,
         )
+    end = deadline - options.reserve - _GRACE
     retry = input.retry_policy or RetryPolicy()
     non_retryable = [*(retry.non_retryable_error_types or ()), DEADLINE_EXCEEDED]
     headers = {
         **input.headers,
-        # the step's own end: the run's deadline less what the workflow keeps back to finish
-        _HEADER: _default_converter().payload_converter.to_payloads([deadline - options.reserve])[
-            0
-        ],
+        # the step's own end: a little before Temporal's own timeout, so the step is cut (and
+        # says so) first
+        _HEADER: _default_converter().payload_converter.to_payloads([end])[0],
     }
     return replace(
         input,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import uuid
 from datetime import timedelta
@@ -237,10 +238,13 @@ async def test_retries_share_the_budget_and_none_starts_after_the_deadline(
     assert ended - started < timeout + 2.0  # not retried for the 5 minutes a fresh budget gives
     assert len(ATTEMPTS) >= 3  # it did retry, within the one budget
     assert all(at < started + timeout for at, _, _ in ATTEMPTS)  # none started after it
-    assert [d for _, _, d in ATTEMPTS] == [pytest.approx(started + timeout - 0.3)] * len(ATTEMPTS)
+    assert [d for _, _, d in ATTEMPTS] == [pytest.approx(started + timeout - 0.4)] * len(ATTEMPTS)
     await _replay(history)
 
 
+# Stopping the first worker evicts the workflow from its cache mid-run; the plugin's LangGraph
+# generator is then collected unfinished (Temporal's eviction, not this library).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_a_worker_stopped_mid_activity_leaves_the_retry_only_the_time_left(
     temporal_address: str,
 ) -> None:
@@ -262,6 +266,7 @@ async def test_a_worker_stopped_mid_activity_leaves_the_retry_only_the_time_left
             while not ATTEMPTS:  # noqa: ASYNC110 - the activity appends from the worker's task
                 await asyncio.sleep(0.05)
         await asyncio.sleep(0.5)
+    gc.collect()  # collect the evicted run's generator here, under this test's filter
     # the first worker is gone mid-activity; a fresh one (new workflow cache) picks the run up
     async with _flaky_worker(client, queue):
         with pytest.raises(WorkflowFailureError) as info:
@@ -273,6 +278,7 @@ async def test_a_worker_stopped_mid_activity_leaves_the_retry_only_the_time_left
     assert ended - started < timeout + 2.0
     assert len(ATTEMPTS) >= 2 and ATTEMPTS[-1][1] >= 2  # retried on the new worker
     # every attempt, on either worker, ran to the one deadline: the retry got only the time left
-    assert [d for _, _, d in ATTEMPTS] == [pytest.approx(started + timeout - 0.3)] * len(ATTEMPTS)
+    assert [d for _, _, d in ATTEMPTS] == [pytest.approx(started + timeout - 0.4)] * len(ATTEMPTS)
     assert all(at < started + timeout for at, _, _ in ATTEMPTS)
     await _replay(history)
+    gc.collect()
