@@ -22,6 +22,7 @@ from . import (
     overhead,
     overshoot,
     stall,
+    temporal,
     tools,
 )
 from ._common import Section, machine
@@ -39,6 +40,7 @@ BENCHMARKS: dict[str, Callable[..., Section]] = {
     "hedge": hedge.run,
     "stall": stall.run,
     "long": long.run,
+    "temporal": temporal.run,
 }
 DRAWN = frozenset({"learned", "long", "overshoot"})
 """The benchmarks that draw a figure (`--plots DIR`: DIR/benchmarks-NAME.png)."""

@@ -26,6 +26,7 @@ OPTIONAL = (
     "prometheus_client",
     "langchain_mcp_adapters",
     "mcp",
+    "temporalio",
 )
 
 SCRIPT = textwrap.dedent(
@@ -52,6 +53,7 @@ SCRIPT = textwrap.dedent(
             "langgraph_deadline.asgi, langgraph_deadline.instrument, langgraph_deadline.mcp, "
             "langgraph_deadline.types, langgraph_deadline.learn")
     attempt("agents", "import langgraph_deadline.agents")
+    attempt("temporal", "import langgraph_deadline.temporal")
     attempt("otel", "from langgraph_deadline.instrument import OtelObserver; OtelObserver()")
     attempt("prometheus", "from langgraph_deadline.instrument import PrometheusObserver\\n"
             "PrometheusObserver()")
@@ -101,6 +103,7 @@ def test_the_core_and_the_http_asgi_and_instrument_modules_import_without_any_ex
     ("case", "extra", "message"),
     [
         ("agents", "agents", "langgraph_deadline.agents needs langchain"),
+        ("temporal", "temporal", "langgraph_deadline.temporal needs temporalio"),
         ("otel", "otel", "OtelObserver needs opentelemetry"),
         ("otel_book", "otel", "OtelBookGauges needs opentelemetry"),
         ("prometheus", "prometheus", "PrometheusObserver needs prometheus_client"),

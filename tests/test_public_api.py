@@ -14,6 +14,7 @@ PUBLIC_MODULES = (
     "langgraph_deadline.http",
     "langgraph_deadline.instrument",
     "langgraph_deadline.mcp",
+    "langgraph_deadline.temporal",
     "langgraph_deadline.testing",
 )
 
@@ -213,3 +214,15 @@ def test_every_public_name_is_in_the_api_reference() -> None:
         names = importlib.import_module(module).__all__
         missing = sorted(set(names) - documented)
         assert not missing, f"{module}: {missing} not in docs/api.md"
+
+
+def test_temporal_module_surface() -> None:
+    pytest.importorskip("temporalio")
+    import langgraph_deadline.temporal as temporal
+
+    assert set(temporal.__all__) == {
+        "DEADLINE_EXCEEDED",
+        "DeadlineInterceptor",
+        "deadline_memo",
+        "workflow_deadline",
+    }

@@ -1,0 +1,284 @@
+"""A LangGraph graph on Temporal (the official plugin) under one deadline, on a real dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+import uuid
+from datetime import timedelta
+from typing import Any, TypedDict, cast
+
+import anyio
+import httpx
+import pytest
+from langgraph.graph import START, StateGraph
+from temporalio import workflow
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.langgraph import LangGraphPlugin, graph
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
+
+from langgraph_deadline.temporal import DEADLINE_EXCEEDED, DeadlineInterceptor, deadline_memo
+
+pytestmark = [pytest.mark.temporal, pytest.mark.serial, pytest.mark.anyio]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+SEEN: dict[str, Any] = {}
+
+
+class State(TypedDict, total=False):
+    url: str
+    log: list[str]
+
+
+async def first(state: State) -> State:
+    return {"log": [*state.get("log", []), "first"]}
+
+
+async def hang(state: State) -> State:
+    async with httpx.AsyncClient() as client:
+        await client.get(state["url"])  # the loopback server never answers
+    return {"log": [*state.get("log", []), "hang"]}
+
+
+def _builder() -> StateGraph[Any, Any, Any, Any]:
+    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    # what users write today: a fixed per-node timeout, far longer than the request has
+    opts = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
+    b.add_node("first", first, metadata=opts)
+    b.add_node("hang", hang, metadata=opts)
+    b.add_node("late", first, metadata=opts)
+    b.add_edge(START, "first")
+    b.add_edge("first", "hang")
+    b.add_edge("hang", "late")
+    return b
+
+
+@workflow.defn
+class HangWorkflow:
+    @workflow.run
+    async def run(self, state: State) -> State:
+        return cast(State, await graph("hang").compile().ainvoke(state))
+
+
+class _Server:
+    """A loopback HTTP server that accepts, reads the request, never answers; records the close."""
+
+    def __init__(self) -> None:
+        self.closed_at: list[float] = []
+        self.opened_at: list[float] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.opened_at.append(time.time())
+        while await reader.read(1024):
+            pass
+        self.closed_at.append(time.time())
+        writer.close()
+
+
+def _worker(client: Client, queue: str) -> Worker:
+    return Worker(
+        client,
+        task_queue=queue,
+        workflows=[HangWorkflow],
+        plugins=[LangGraphPlugin(graphs={"hang": _builder()})],
+        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=1.0)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+
+
+async def test_hanging_activity_is_cut_at_the_deadline_and_the_run_ends_named(
+    temporal_address: str,
+) -> None:
+    server = _Server()
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 3.0
+    async with srv, _worker(client, queue):
+        started = time.time()
+        handle = await client.start_workflow(
+            "HangWorkflow",
+            {"url": f"http://127.0.0.1:{port}/", "log": []},
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        ended = time.time()
+        history = await handle.fetch_history()
+    # the run ends in the named terminal, by the deadline (not after the node's 5 minutes)
+    cause: BaseException | None = info.value.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError) and cause.type == DEADLINE_EXCEEDED
+    assert ended - started < timeout + 2.0
+    # the server saw the request close near the deadline, not at the node's own timeout
+    assert server.opened_at and server.closed_at
+    assert server.closed_at[0] - started < timeout + 1.0
+    # each activity got its timeouts from what was left: schedule_to_close within the deadline
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert len(scheduled) == 2  # first, hang; "late" never scheduled
+    for attrs in scheduled:
+        assert attrs.schedule_to_close_timeout.ToTimedelta() <= timedelta(seconds=timeout)
+        assert attrs.start_to_close_timeout.ToTimedelta() <= timedelta(seconds=timeout)
+    # the replayer replays the run's history without a non-determinism error
+    replayer = Replayer(
+        workflows=[HangWorkflow],
+        plugins=[LangGraphPlugin(graphs={"hang": _builder()})],
+        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=1.0)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    await replayer.replay_workflow(history)
+
+
+ATTEMPTS: list[tuple[float, int, float | None]] = []
+
+
+async def flaky(state: State) -> State:
+    from temporalio import activity
+
+    from langgraph_deadline import current_deadline
+
+    d = current_deadline()
+    ATTEMPTS.append((time.time(), activity.info().attempt, None if d is None else d.timestamp))
+    if state.get("url") == "sleep":
+        await asyncio.sleep(100)
+    raise RuntimeError("upstream 503")
+
+
+def _flaky_builder() -> StateGraph[Any, Any, Any, Any]:
+    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    b.add_node(
+        "flaky",
+        flaky,
+        metadata={
+            "execute_in": "activity",
+            "start_to_close_timeout": timedelta(minutes=5),
+            # what users write today: retry forever, each attempt with a fresh 5 minutes
+            "retry_policy": RetryPolicy(
+                initial_interval=timedelta(seconds=0.4), backoff_coefficient=1.0
+            ),
+        },
+    )
+    b.add_edge(START, "flaky")
+    return b
+
+
+@workflow.defn
+class FlakyWorkflow:
+    @workflow.run
+    async def run(self, state: State) -> State:
+        return cast(State, await graph("flaky").compile().ainvoke(state))
+
+
+def _flaky_worker(client: Client, queue: str) -> Worker:
+    return Worker(
+        client,
+        task_queue=queue,
+        workflows=[FlakyWorkflow],
+        plugins=[LangGraphPlugin(graphs={"flaky": _flaky_builder()})],
+        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=0.6)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+        graceful_shutdown_timeout=timedelta(0),
+    )
+
+
+def _terminal(error: WorkflowFailureError) -> ApplicationError | None:
+    cause: BaseException | None = error.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    return cause
+
+
+async def _replay(history: WorkflowHistory) -> None:
+    await Replayer(
+        workflows=[FlakyWorkflow],
+        plugins=[LangGraphPlugin(graphs={"flaky": _flaky_builder()})],
+        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=0.6)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ).replay_workflow(history)
+
+
+async def test_retries_share_the_budget_and_none_starts_after_the_deadline(
+    temporal_address: str,
+) -> None:
+    ATTEMPTS.clear()
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 3.0
+    async with _flaky_worker(client, queue):
+        started = time.time()
+        handle = await client.start_workflow(
+            "FlakyWorkflow",
+            {"url": "fail", "log": []},
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        ended = time.time()
+        history = await handle.fetch_history()
+    terminal = _terminal(info.value)
+    assert terminal is not None and terminal.type == DEADLINE_EXCEEDED
+    assert ended - started < timeout + 2.0  # not retried for the 5 minutes a fresh budget gives
+    assert len(ATTEMPTS) >= 3  # it did retry, within the one budget
+    assert all(at < started + timeout for at, _, _ in ATTEMPTS)  # none started after it
+    assert [d for _, _, d in ATTEMPTS] == [pytest.approx(started + timeout - 0.4)] * len(ATTEMPTS)
+    await _replay(history)
+
+
+# Stopping the first worker evicts the workflow from its cache mid-run; the plugin's LangGraph
+# generator is then collected unfinished (Temporal's eviction, not this library).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_worker_stopped_mid_activity_leaves_the_retry_only_the_time_left(
+    temporal_address: str,
+) -> None:
+    """A workflow-and-activity worker dies mid-run; a new one resumes with the same deadline."""
+    ATTEMPTS.clear()
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 5.0
+    started = time.time()
+    async with _flaky_worker(client, queue):
+        handle = await client.start_workflow(
+            "FlakyWorkflow",
+            {"url": "sleep", "log": []},
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        with anyio.fail_after(timeout):
+            while not ATTEMPTS:  # noqa: ASYNC110 - the activity appends from the worker's task
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+    gc.collect()  # collect the evicted run's generator here, under this test's filter
+    # the first worker is gone mid-activity; a fresh one (new workflow cache) picks the run up
+    async with _flaky_worker(client, queue):
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        ended = time.time()
+        history = await handle.fetch_history()
+    terminal = _terminal(info.value)
+    assert terminal is not None and terminal.type == DEADLINE_EXCEEDED
+    assert ended - started < timeout + 2.0
+    assert len(ATTEMPTS) >= 2 and ATTEMPTS[-1][1] >= 2  # retried on the new worker
+    # every attempt, on either worker, ran to the one deadline: the retry got only the time left
+    assert [d for _, _, d in ATTEMPTS] == [pytest.approx(started + timeout - 0.4)] * len(ATTEMPTS)
+    assert all(at < started + timeout for at, _, _ in ATTEMPTS)
+    await _replay(history)
+    gc.collect()
