@@ -245,8 +245,14 @@ def overload() -> Iterator[Loopback]:
     server.stop()
 
 
+# litellm imports most of itself lazily, on its first call, on the abandoned worker thread:
+# under the parallel pass's load that import held the GIL past the caller's return margin once
+# (CI, +0.55 s); it runs in the serial pass.
+_HUNG = [pytest.param(p, marks=pytest.mark.serial) if p == "litellm" else p for p in PROVIDERS]
+
+
 @pytest.mark.parametrize("way", list(WAYS))
-@pytest.mark.parametrize("provider", list(PROVIDERS))
+@pytest.mark.parametrize("provider", _HUNG)
 def test_a_hung_sync_request_is_closed_at_the_deadline(
     hang: Loopback, provider: str, way: str
 ) -> None:
