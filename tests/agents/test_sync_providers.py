@@ -245,17 +245,29 @@ def overload() -> Iterator[Loopback]:
     server.stop()
 
 
-# litellm imports most of itself lazily, on its first call, on the abandoned worker thread:
-# under the parallel pass's load that import held the GIL past the caller's return margin once
-# (CI, +0.55 s); it runs in the serial pass.
+@pytest.fixture(scope="module")
+def _litellm_imported() -> None:
+    """litellm imports most of itself lazily, on its first call: made inside a 0.5 s budget,
+    that call spent the budget importing (on a fresh machine, CI) and its request never left.
+    One untimed call to a server that answers does the imports first, as a warm process has."""
+    from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
+
+    with FakeOpenAIServer([ChatReply.counting(2)]) as server:
+        _litellm(server.url).invoke("hi")
+
+
+# (and under the parallel pass's load, the first call's imports on the abandoned thread held
+# the GIL past the caller's return margin once, CI +0.55 s: litellm runs in the serial pass)
 _HUNG = [pytest.param(p, marks=pytest.mark.serial) if p == "litellm" else p for p in PROVIDERS]
 
 
 @pytest.mark.parametrize("way", list(WAYS))
 @pytest.mark.parametrize("provider", _HUNG)
 def test_a_hung_sync_request_is_closed_at_the_deadline(
-    hang: Loopback, provider: str, way: str
+    hang: Loopback, provider: str, way: str, request: pytest.FixtureRequest
 ) -> None:
+    if provider == "litellm":
+        request.getfixturevalue("_litellm_imported")
     model = PROVIDERS[provider](hang.url)
     t0 = time.monotonic()
     WAYS[way](model)
@@ -273,8 +285,10 @@ def test_a_hung_sync_request_is_closed_at_the_deadline(
 @pytest.mark.parametrize("way", ["node", "budgeted", "agent"])
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 def test_no_sdk_retry_of_an_overloaded_sync_call_leaves_after_the_deadline(
-    overload: Loopback, provider: str, way: str
+    overload: Loopback, provider: str, way: str, request: pytest.FixtureRequest
 ) -> None:
+    if provider == "litellm":
+        request.getfixturevalue("_litellm_imported")
     model = PROVIDERS[provider](overload.url)
     t0 = time.monotonic()
     # Cut at the deadline while the SDK waits to retry, or failed at once by an SDK that does
