@@ -88,6 +88,16 @@ class SyncBody:
                     closers.remove(close)
                 body = body._parent
 
+    def let_go(self) -> None:
+        """The body ended by raising: shut what it still held open (a streamed response it
+        stopped reading, as a model stream stopped at the deadline does), now rather than when
+        the garbage collector gets to it. Nothing can read it any more."""
+        with _CLOSERS_LOCK:
+            closers, self._closers = self._closers, None
+        for close in closers or ():
+            self.forget(close)  # (from the sync steps it runs in)
+            close()
+
     def abandon(self) -> int:
         """Mark the body left running past its budget (the caller has stopped waiting), and
         close what it registered to close; how many there were. Its thread runs on."""
@@ -150,6 +160,8 @@ class Job(SyncBody, Generic[T]):
                 self.value = body()
         except BaseException as exc:  # handed to the caller, who decides what it means
             self.error = exc
+            if self._closers:
+                self.let_go()
 
 
 class _Worker:

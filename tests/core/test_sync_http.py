@@ -90,6 +90,29 @@ def test_a_body_that_streams_past_the_deadline_is_closed_mid_body(slow: SlowServ
     assert slow.requests[0].disconnected < deadline + MARGIN  # type: ignore[operator]
 
 
+def test_a_stream_the_body_left_open_when_it_raised_is_closed_at_once(slow: SlowServer) -> None:
+    """A model stream stopped at the deadline on a worker thread raises out of the SDK's loop
+    and leaves its response unread and unclosed (litellm's does): the body ended, so the step
+    is not abandoned, and the connection stayed open, streaming, until the garbage collector
+    found it. It is shut when the body raises."""
+    left: list[Any] = []  # (held, as a reference cycle holds litellm's: nothing closes them)
+
+    def read() -> str:
+        client = httpx.Client()
+        request = client.build_request("GET", slow.url("/trickle?chunks=100&interval=0.05"))
+        response = client.send(request, stream=True)
+        left.append(chunks := response.iter_bytes())
+        next(chunks)
+        raise ValueError("the stream's consumer gave up")
+
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="gave up"):
+        _run(read)
+    assert slow.wait_disconnected(MARGIN), "the stream the body left was still open"
+    assert slow.requests[0].disconnected < t0 + TIMEOUT  # type: ignore[operator]
+    assert left
+
+
 def test_outside_a_sync_step_a_request_is_untouched(slow: SlowServer) -> None:
     """A sync `deadline_scope` only sets the context: the request runs to its end."""
     with deadline_scope(0.05), httpx.Client() as client:
