@@ -160,6 +160,14 @@ class FakeOpenAIServer(ChatServer):
 
         return [
             Route("/v1/chat/completions", self._endpoint(), methods=["POST"]),
+            # Groq's SDK posts OpenAI's wire format under its own prefix (`ChatGroq(base_url=url)`)
+            Route("/openai/v1/chat/completions", self._endpoint(), methods=["POST"]),
+            # and Azure OpenAI's, per deployment (`AzureChatOpenAI(azure_endpoint=url, ...)`)
+            Route(
+                "/openai/deployments/{deployment}/chat/completions",
+                self._endpoint(),
+                methods=["POST"],
+            ),
             Route("/v1/models", models, methods=["GET"]),
         ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import math
 import os
 import time
@@ -71,6 +72,18 @@ def _openai(s: Any, **kw: Any) -> BaseChatModel:
     return ChatOpenAI(base_url=s.base_url, api_key=SecretStr("t"), model="gpt-fake", **kw)
 
 
+def _azure(s: Any, **kw: Any) -> BaseChatModel:
+    from langchain_openai import AzureChatOpenAI
+
+    return AzureChatOpenAI(
+        azure_endpoint=s.url,
+        azure_deployment="gpt-fake",
+        api_version="2024-10-21",
+        api_key=SecretStr("t"),
+        **kw,
+    )
+
+
 def _anthropic(s: Any, **kw: Any) -> BaseChatModel:
     from langchain_anthropic import ChatAnthropic
 
@@ -109,6 +122,13 @@ def _bedrock(s: Any, **kw: Any) -> BaseChatModel:
     )
 
 
+def _groq(s: Any, **kw: Any) -> BaseChatModel:
+    from langchain_groq import ChatGroq
+
+    # the groq SDK: OpenAI's wire format under /openai/v1 (the OpenAI server routes it)
+    return ChatGroq(base_url=s.url, api_key=SecretStr("t"), model="groq-fake", **kw)
+
+
 def _litellm(s: Any, **kw: Any) -> BaseChatModel:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # (no fetch at import)
     from langchain_litellm import ChatLiteLLM
@@ -121,11 +141,13 @@ def _litellm(s: Any, **kw: Any) -> BaseChatModel:
 
 FAMILIES = [
     Family("openai", FakeOpenAIServer, _openai, "max_tokens", timeout=True),
+    Family("azure", FakeOpenAIServer, _azure, "max_tokens", timeout=True),
     Family("anthropic", FakeAnthropicServer, _anthropic, "max_tokens", 529, timeout=True),
     Family("ollama", FakeOllamaServer, _ollama, "num_predict"),
     Family("gemini", FakeGeminiServer, _gemini, "max_output_tokens", timeout=True),
     Family("mistral", FakeOpenAIServer, _mistral, "max_tokens"),
     Family("bedrock", FakeBedrockServer, _bedrock, "max_tokens", on_thread=True),
+    Family("groq", FakeOpenAIServer, _groq, "max_tokens", timeout=True),
     Family("litellm", FakeOpenAIServer, _litellm, "max_tokens"),
 ]
 
@@ -139,6 +161,10 @@ def family(request: pytest.FixtureRequest) -> Family:
 async def server(family: Family) -> AsyncIterator[ChatServer]:
     async with family.server(default_reply=ChatReply.counting(8)) as s:
         yield s
+    # The groq SDK's client closes itself on the running loop when collected: collected in a
+    # later test, it would close on a loop that is not its own. Collect it in its own.
+    gc.collect()
+    await anyio.sleep(0.01)
 
 
 class _Answer(DeadlineState, total=False):

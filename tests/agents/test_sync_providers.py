@@ -129,6 +129,17 @@ def _openai(url: str) -> BaseChatModel:
     return ChatOpenAI(base_url=f"{url}/v1", api_key="test", model="gpt-test")  # type: ignore[arg-type]
 
 
+def _azure(url: str) -> BaseChatModel:
+    from langchain_openai import AzureChatOpenAI
+
+    return AzureChatOpenAI(
+        azure_endpoint=url,
+        azure_deployment="gpt-test",
+        api_version="2024-10-21",
+        api_key="test",  # type: ignore[arg-type]
+    )
+
+
 def _anthropic(url: str) -> BaseChatModel:
     from langchain_anthropic import ChatAnthropic
 
@@ -165,6 +176,12 @@ def _bedrock(url: str) -> BaseChatModel:
     )
 
 
+def _groq(url: str) -> BaseChatModel:
+    from langchain_groq import ChatGroq
+
+    return ChatGroq(base_url=url, api_key="test", model="llama-test")  # type: ignore[arg-type]
+
+
 def _litellm(url: str) -> BaseChatModel:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # (no fetch at import)
     from langchain_litellm import ChatLiteLLM
@@ -174,11 +191,13 @@ def _litellm(url: str) -> BaseChatModel:
 
 PROVIDERS: dict[str, Callable[[str], BaseChatModel]] = {
     "openai": _openai,
+    "azure": _azure,
     "anthropic": _anthropic,
     "ollama": _ollama,
     "gemini": _gemini,
     "mistral": _mistral,
     "bedrock": _bedrock,  # botocore over urllib3, not httpx
+    "groq": _groq,
     "litellm": _litellm,  # litellm's OpenAI route: the openai SDK on httpx
 }
 
