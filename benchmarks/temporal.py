@@ -8,15 +8,9 @@ metadata, longer than the request has), the same graph with `DeadlineInterceptor
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, TypedDict
 
 from ._common import Section, Table
@@ -34,12 +28,6 @@ class _State(TypedDict, total=False):
 async def _hang(state: _State) -> _State:
     await asyncio.sleep(3600)
     return state
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _measure(address: str, n: int) -> dict[str, list[float]]:
@@ -105,26 +93,10 @@ def _pct(xs: list[float], q: float) -> float:
 def run(*, quick: bool) -> Section:
     """Return minus deadline, p50/p99, fixed plugin timeouts vs the interceptor."""
     n = QUICK_N if quick else N
-    binary = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
-    port = _free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.Popen(
-            [binary, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--db-filename",
-             f"{tmp}/dev.db", "--port", str(port), "--ui-port", str(_free_port())],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            end = time.monotonic() + 30
-            while time.monotonic() < end:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            results = asyncio.run(_measure(f"127.0.0.1:{port}", n))
-        finally:
-            proc.terminate()
-            proc.wait(10)
+    from langgraph_deadline.testing import TemporalDevServer
+
+    with TemporalDevServer() as server:
+        results = asyncio.run(_measure(server.address, n))
     section = Section()
     table = Table(
         f"Temporal: {n} concurrent workflows, node activity hangs, deadline {DEADLINE:g} s",

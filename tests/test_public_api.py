@@ -141,6 +141,7 @@ def test_testing_kit_surface() -> None:
         "ServedRequest",
         "SlowServer",
         "SystemClock",
+        "TemporalDevServer",
         "assert_nothing_sent_after",
         "await_nothing_sent_after",
     }

