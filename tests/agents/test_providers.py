@@ -161,8 +161,15 @@ def family(request: pytest.FixtureRequest) -> Family:
 async def server(family: Family) -> AsyncIterator[ChatServer]:
     async with family.server(default_reply=ChatReply.counting(8)) as s:
         yield s
-    # The groq SDK's client closes itself on the running loop when collected: collected in a
-    # later test, it would close on a loop that is not its own. Collect it in its own.
+
+
+@pytest.fixture(autouse=True)
+async def _clients_closed_on_their_own_loop() -> AsyncIterator[None]:
+    """The groq and Azure OpenAI SDKs' async clients (one per model, not cached as
+    `ChatOpenAI`'s are) close themselves on the running loop when collected: collected in a
+    later test, they would close on a loop that is not theirs ("Event loop is closed" in that
+    test). Each test's are collected on its own loop."""
+    yield
     gc.collect()
     await anyio.sleep(0.01)
 
@@ -405,7 +412,8 @@ async def test_a_stall_in_any_stream_format_hands_the_call_to_another_providers_
 ) -> None:
     """`idle_cap` on each provider's stream format, and a fallback across providers (an
     Anthropic model falling back to an Ollama one; Ollama's to an Anthropic one)."""
-    other = FAMILIES[2] if family.name != "ollama" else FAMILIES[1]
+    by_name = {f.name: f for f in FAMILIES}
+    other = by_name["ollama" if family.name != "ollama" else "anthropic"]
     server.enqueue(ChatReply.counting(50, chunk_interval=0.01).stalling(after=3, seconds=30.0))
     async with other.server(default_reply=ChatReply.text("fallback answer")) as backup:
         fallback = other.make(backup)
