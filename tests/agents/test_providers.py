@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import math
 import os
 import time
@@ -75,13 +74,15 @@ def _openai(s: Any, **kw: Any) -> BaseChatModel:
 def _azure(s: Any, **kw: Any) -> BaseChatModel:
     from langchain_openai import AzureChatOpenAI
 
-    return AzureChatOpenAI(
+    model = AzureChatOpenAI(
         azure_endpoint=s.url,
         azure_deployment="gpt-fake",
         api_version="2024-10-21",
         api_key=SecretStr("t"),
         **kw,
     )
+    _OWN_CLIENTS.append(model.root_async_client)
+    return model
 
 
 def _anthropic(s: Any, **kw: Any) -> BaseChatModel:
@@ -126,7 +127,9 @@ def _groq(s: Any, **kw: Any) -> BaseChatModel:
     from langchain_groq import ChatGroq
 
     # the groq SDK: OpenAI's wire format under /openai/v1 (the OpenAI server routes it)
-    return ChatGroq(base_url=s.url, api_key=SecretStr("t"), model="groq-fake", **kw)
+    model = ChatGroq(base_url=s.url, api_key=SecretStr("t"), model="groq-fake", **kw)
+    _OWN_CLIENTS.append(model.async_client._client)  # type: ignore[union-attr]
+    return model
 
 
 def _litellm(s: Any, **kw: Any) -> BaseChatModel:
@@ -166,12 +169,15 @@ async def server(family: Family) -> AsyncIterator[ChatServer]:
 @pytest.fixture(autouse=True)
 async def _clients_closed_on_their_own_loop() -> AsyncIterator[None]:
     """The groq and Azure OpenAI SDKs' async clients (one per model, not cached as
-    `ChatOpenAI`'s are) close themselves on the running loop when collected: collected in a
-    later test, they would close on a loop that is not theirs ("Event loop is closed" in that
-    test). Each test's are collected on its own loop."""
+    `ChatOpenAI`'s are) close themselves on whatever loop runs when they are collected: in a
+    later test, a loop that is not theirs ("Event loop is closed" in that test). Each test
+    closes the ones it made, on its own loop."""
     yield
-    gc.collect()
-    await anyio.sleep(0.01)
+    while _OWN_CLIENTS:
+        await _OWN_CLIENTS.pop().close()
+
+
+_OWN_CLIENTS: list[Any] = []  # async SDK clients the makers below made, closed after each test
 
 
 class _Answer(DeadlineState, total=False):
