@@ -20,10 +20,10 @@ from ._graph.terminal import terminal_of
 from ._graph.wrap import with_deadlines
 from ._instrument.defaults import default_observers as _default_observers
 from ._retry.retry import retry
-from ._retry.tenacity import stop_at_deadline, wait_within_deadline
 from ._tools.cache import InMemoryStaleCache, StaleCache, StoreStaleCache
 from ._tools.hedge import Hedge
 from ._tools.make import deadline_tool, deadline_tools
+from ._tools.options import Retries
 
 __all__ = [
     "BudgetedModel",
@@ -35,6 +35,7 @@ __all__ = [
     "Hedge",
     "InMemoryStaleCache",
     "Outcome",
+    "Retries",
     "StaleCache",
     "StepRecord",
     "StoreStaleCache",
@@ -51,10 +52,8 @@ __all__ = [
     "earliest",
     "remaining",
     "retry",
-    "stop_at_deadline",
     "terminal_of",
     "timeout_message",
-    "wait_within_deadline",
     "with_deadlines",
 ]
 

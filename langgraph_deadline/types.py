@@ -15,6 +15,7 @@ from ._core.records import StepStatus
 from ._core.timeouts import ToolTimeout
 from ._graph.functional import DeadlineEntrypoint
 from ._graph.graph import DeadlineGraph
+from ._tools.make import ToolArgs
 from ._tools.tool import DeadlineTool
 
 __all__ = [
@@ -23,5 +24,6 @@ __all__ = [
     "DeadlineTool",
     "ScopeFrame",
     "StepStatus",
+    "ToolArgs",
     "ToolTimeout",
 ]

@@ -15,6 +15,7 @@ PUBLIC_MODULES = (
     "langgraph_deadline.instrument",
     "langgraph_deadline.mcp",
     "langgraph_deadline.temporal",
+    "langgraph_deadline.tenacity",
     "langgraph_deadline.testing",
 )
 
@@ -30,6 +31,7 @@ DOCUMENTED = {
     "StaleCache",
     "StoreStaleCache",
     "Hedge",
+    "Retries",
     "deadline_tool",
     "deadline_tools",
     "timeout_message",
@@ -45,8 +47,6 @@ DOCUMENTED = {
     "earliest",
     "remaining",
     "retry",
-    "stop_at_deadline",
-    "wait_within_deadline",
     "terminal_of",
     "with_deadlines",
 }
@@ -72,6 +72,7 @@ def test_types_and_learn_module_surfaces() -> None:
         "DeadlineTool",
         "ScopeFrame",
         "StepStatus",
+        "ToolArgs",
         "ToolTimeout",
     }
     assert set(learn.__all__) == {"Estimate", "LatencyBook", "LatencySketch", "Learned", "learned"}
@@ -109,6 +110,8 @@ def test_no_name_is_exported_from_two_public_modules() -> None:
         ("langgraph_deadline", "langgraph_deadline.types", "ToolTimeout"),
         ("langgraph_deadline.agents", "langgraph_deadline", "budgeted_model"),
         ("langgraph_deadline.agents", "langgraph_deadline", "BudgetedModel"),
+        ("langgraph_deadline", "langgraph_deadline.tenacity", "stop_at_deadline"),
+        ("langgraph_deadline", "langgraph_deadline.tenacity", "wait_within_deadline"),
     ],
 )
 def test_an_old_import_path_is_gone_before_the_first_release(old: str, new: str, name: str) -> None:

@@ -8,7 +8,7 @@ wrapper for any `BaseTool`) and `deadline_tools` (several tools from one table o
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, cast, overload
+from typing import Any, Literal, TypedDict, Unpack, cast, overload
 
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
@@ -18,14 +18,13 @@ from langchain_core.tools.base import ArgsSchema
 from .._core.rules import StepRule
 from .._core.timeouts import ToolTimeout
 from .._core.validate import check_idle_cap, check_limit, check_mapping, show
-from .._retry.retry import RetryOn
 from .cache import StaleCache
 from .hedge import Hedge
-from .options import ToolOptions, check_cache, check_hedge, check_namespace
+from .options import Retries, ToolOptions, check_cache, check_hedge, check_namespace
 from .stale import Namespace
 from .tool import DeadlineTool
 
-__all__ = ["deadline_tool", "deadline_tools"]
+__all__ = ["ToolArgs", "deadline_tool", "deadline_tools"]
 
 
 def _make(inner: BaseTool, options: ToolOptions) -> DeadlineTool:
@@ -43,6 +42,20 @@ def _make(inner: BaseTool, options: ToolOptions) -> DeadlineTool:
     return DeadlineTool(**fields, inner=inner, options=checked)
 
 
+class ToolArgs(TypedDict, total=False):
+    """The options of LangChain's `@tool` itself, passed to it as they are: `deadline_tool` takes
+    them where `@tool` does, and refuses them with an existing tool (set them on that tool)."""
+
+    description: str | None
+    return_direct: bool
+    args_schema: ArgsSchema | None
+    infer_schema: bool
+    response_format: Literal["content", "content_and_artifact"]
+    parse_docstring: bool
+    error_on_invalid_docstring: bool
+    extras: dict[str, Any] | None
+
+
 @overload
 def deadline_tool(
     name_or_callable: Callable[..., Any] | BaseTool,
@@ -54,19 +67,10 @@ def deadline_tool(
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
     message: Callable[[ToolTimeout], str] | str | None = None,
-    retry_on: RetryOn | None = None,
-    attempts: int = 3,
-    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
+    retries: Retries | None = None,
     hedge: Hedge | None = None,
     idle_cap: float | StepRule | None = None,
-    description: str | None = None,
-    return_direct: bool = False,
-    args_schema: ArgsSchema | None = None,
-    infer_schema: bool = True,
-    response_format: Literal["content", "content_and_artifact"] = "content",
-    parse_docstring: bool = False,
-    error_on_invalid_docstring: bool = True,
-    extras: dict[str, Any] | None = None,
+    **tool_args: Unpack[ToolArgs],
 ) -> DeadlineTool: ...
 
 
@@ -82,19 +86,10 @@ def deadline_tool(
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
     message: Callable[[ToolTimeout], str] | str | None = None,
-    retry_on: RetryOn | None = None,
-    attempts: int = 3,
-    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
+    retries: Retries | None = None,
     hedge: Hedge | None = None,
     idle_cap: float | StepRule | None = None,
-    description: str | None = None,
-    return_direct: bool = False,
-    args_schema: ArgsSchema | None = None,
-    infer_schema: bool = True,
-    response_format: Literal["content", "content_and_artifact"] = "content",
-    parse_docstring: bool = False,
-    error_on_invalid_docstring: bool = True,
-    extras: dict[str, Any] | None = None,
+    **tool_args: Unpack[ToolArgs],
 ) -> DeadlineTool: ...
 
 
@@ -109,19 +104,10 @@ def deadline_tool(
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
     message: Callable[[ToolTimeout], str] | str | None = None,
-    retry_on: RetryOn | None = None,
-    attempts: int = 3,
-    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
+    retries: Retries | None = None,
     hedge: Hedge | None = None,
     idle_cap: float | StepRule | None = None,
-    description: str | None = None,
-    return_direct: bool = False,
-    args_schema: ArgsSchema | None = None,
-    infer_schema: bool = True,
-    response_format: Literal["content", "content_and_artifact"] = "content",
-    parse_docstring: bool = False,
-    error_on_invalid_docstring: bool = True,
-    extras: dict[str, Any] | None = None,
+    **tool_args: Unpack[ToolArgs],
 ) -> Callable[[Callable[..., Any] | Runnable[Any, Any]], DeadlineTool]: ...
 
 
@@ -136,19 +122,10 @@ def deadline_tool(
     cache: StaleCache | None = None,
     cache_namespace: Namespace = None,
     message: Callable[[ToolTimeout], str] | str | None = None,
-    retry_on: RetryOn | None = None,
-    attempts: int = 3,
-    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None,
+    retries: Retries | None = None,
     hedge: Hedge | None = None,
     idle_cap: float | StepRule | None = None,
-    description: str | None = None,
-    return_direct: bool = False,
-    args_schema: ArgsSchema | None = None,
-    infer_schema: bool = True,
-    response_format: Literal["content", "content_and_artifact"] = "content",
-    parse_docstring: bool = False,
-    error_on_invalid_docstring: bool = True,
-    extras: dict[str, Any] | None = None,
+    **tool_args: Unpack[ToolArgs],
 ) -> DeadlineTool | Callable[[Callable[..., Any] | Runnable[Any, Any]], DeadlineTool]:
     """A drop-in for LangChain's `@tool` whose calls live inside the run's deadline.
 
@@ -175,12 +152,12 @@ def deadline_tool(
     stalled, its timeout text saying "no progress for 2.1 s"; the gap clock starts at its
     first response. It may be `learned(book)` too, never above the tool's cap.
 
-    `retry_on` (as in `retry(on=...)`) retries failed attempts up to `attempts` times, inside
-    the same budget: no attempt or backoff starts that cannot fit. A `side_effect=True` tool
-    (one that changes the world) is not retried once its request may have left, unless it has
-    an `idempotency_key` (a function of its arguments, called once at the call's first
-    attempt; the key reaches the tool as `config["metadata"]["idempotency_key"]`); its record
-    says whether a side effect started.
+    `retries=Retries(on, attempts=3, idempotency_key=None)` retries failed attempts inside the
+    same budget: no attempt or backoff starts that cannot fit. A `side_effect=True` tool (one
+    that changes the world) is not retried once its request may have left, unless its
+    `Retries` has an `idempotency_key`; its record says whether a side effect started.
+    `@tool`'s own options (`ToolArgs`: `description=`, `args_schema=`, `return_direct=`, ...)
+    go to `@tool` as they are.
 
     Raises:
         ValueError, TypeError: bad numbers, `min_viable` above `cap`, a flag that is not a
@@ -197,22 +174,14 @@ def deadline_tool(
         cache=cache,
         cache_namespace=cache_namespace,
         message=message,
-        retry_on=retry_on,
-        attempts=attempts,
-        idempotency_key=idempotency_key,
+        retries=retries,
         hedge=hedge,
         idle_cap=idle_cap,
     )
-    made: dict[str, Any] = {
-        "description": description,
-        "return_direct": return_direct,
-        "args_schema": args_schema,
-        "infer_schema": infer_schema,
-        "response_format": response_format,
-        "parse_docstring": parse_docstring,
-        "error_on_invalid_docstring": error_on_invalid_docstring,
-        "extras": extras,
-    }
+    made: dict[str, Any] = dict(tool_args)
+    unknown = sorted(set(made) - set(ToolArgs.__annotations__))
+    if unknown:
+        raise TypeError(f"deadline_tool got unexpected keyword arguments {unknown}")
     _check_target(name_or_callable, runnable)
     if isinstance(name_or_callable, BaseTool):
         given = sorted(k for k, v in made.items() if v != _TOOL_DEFAULTS[k])

@@ -1,4 +1,6 @@
-"""`ToolOptions`: what `deadline_tool` was told about one tool, checked once, kept as one value."""
+"""`ToolOptions`: what `deadline_tool` was told about one tool, checked once, kept as one value;
+`Retries`, the group of it a user sets together (what to retry, how often, and the key that makes
+a retry of a world-changing call safe)."""
 
 from __future__ import annotations
 
@@ -22,13 +24,45 @@ from .cache import StaleCache
 from .hedge import Hedge
 from .stale import Namespace
 
-__all__ = ["ToolOptions", "check_cache", "check_hedge", "check_namespace"]
+__all__ = ["Retries", "ToolOptions", "check_cache", "check_hedge", "check_namespace"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Retries:
+    """How a tool retries its failed attempts, inside the same budget: on the errors `on`
+    accepts (an exception type, a tuple of them, or a predicate, as in `retry(on=...)`), up to
+    `attempts` calls, with no attempt or backoff started that cannot fit. A `side_effect=True`
+    tool is not retried once its request may have left unless it has an `idempotency_key`: a
+    function of its arguments, called once at the call's first attempt, whose key reaches the
+    tool as `config["metadata"]["idempotency_key"]` on every attempt.
+
+    `deadline_tool(fetch, cap=5.0, retries=Retries(httpx.TransportError, attempts=3))`
+
+    Raises:
+        TypeError, ValueError: `on` is not an exception type, a tuple of them or a predicate;
+            `attempts` is not an int >= 1; `idempotency_key` is not callable.
+    """
+
+    on: RetryOn
+    attempts: int = 3
+    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None
+
+    def __post_init__(self) -> None:
+        retry_predicate(self.on)  # a clear error now, not at the first failure
+        attempts = self.attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"attempts must be an int >= 1, got {show(attempts)}")
+        if self.idempotency_key is not None and not callable(self.idempotency_key):
+            raise TypeError(
+                "idempotency_key must be a function of the tool's arguments, got "
+                f"{type(self.idempotency_key).__name__}: {show(self.idempotency_key)}"
+            )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ToolOptions:
     """A tool's budget (`cap`, `min_viable`, `idle_cap`), what it does to the world
-    (`read_only`, `side_effect`), its stale cache, its timeout text, its retries and its
+    (`read_only`, `side_effect`), its stale cache, its timeout text, its `Retries` and its
     hedging. See `deadline_tool`."""
 
     cap: float | StepRule | None = None
@@ -38,9 +72,7 @@ class ToolOptions:
     cache: StaleCache | None = None
     cache_namespace: Namespace = None
     message: Message = None
-    retry_on: RetryOn | None = None
-    attempts: int = 3
-    idempotency_key: Callable[[Mapping[str, Any]], str] | None = None
+    retries: Retries | None = None
     hedge: Hedge | None = None
     idle_cap: float | StepRule | None = None
 
@@ -76,13 +108,11 @@ class ToolOptions:
             raise TypeError("message must be a format string or a function of ToolTimeout")
         if isinstance(message, str):
             _check_format(message)
-        if self.retry_on is not None:
-            retry_predicate(self.retry_on)  # a clear error now, not at the first failure
-        attempts = self.attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ValueError(f"tool {tool!r}: attempts must be an int >= 1, got {attempts!r}")
-        if self.idempotency_key is not None and not callable(self.idempotency_key):
-            raise TypeError("idempotency_key must be a function of the tool's arguments")
+        if self.retries is not None and not isinstance(self.retries, Retries):
+            raise TypeError(
+                f"retries must be a Retries, got {type(self.retries).__name__}: "
+                f"{show(self.retries)}"
+            )
         return dataclasses.replace(self, cap=cap, min_viable=min_viable, idle_cap=idle_cap)
 
 

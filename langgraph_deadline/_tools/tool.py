@@ -20,14 +20,12 @@ from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, Step, run_from_config
 from .._core.record import record_child
 from .._core.records import StepStatus
-from .._core.rules import StepRule
 from .._core.run import StepResult, run_async, run_sync
-from .._graph.answers import Message, cut_answer, cut_text, stale_answer
+from .._graph.answers import cut_answer, cut_text, stale_answer
 from .._graph.seams import PASSTHROUGH
-from .._retry.policy import RetryOn
 from . import policy, stale
 from .cache import StaleCache
-from .hedge import Copies, Hedge, HedgeBudget, answering, race
+from .hedge import Copies, HedgeBudget, answering, race
 from .options import ToolOptions
 
 __all__ = ["DeadlineTool"]
@@ -62,53 +60,6 @@ class DeadlineTool(BaseTool):
     _hedge_budget: HedgeBudget | None = PrivateAttr(default=None)  # this tool's extra load
     # (the wrapped tool, the copy of it each hedged copy runs): see `_racer`
     _racing: tuple[BaseTool, BaseTool] | None = PrivateAttr(default=None)
-
-    # -- the options, read-only ----------------------------------------------------------------
-
-    @property
-    def cap(self) -> float | StepRule | None:
-        """Each call's cap (`deadline_tool(cap=)`)."""
-        return self.options.cap
-
-    @property
-    def min_viable(self) -> float | StepRule:
-        return self.options.min_viable
-
-    @property
-    def read_only(self) -> bool:
-        return self.options.read_only
-
-    @property
-    def side_effect(self) -> bool:
-        return self.options.side_effect
-
-    @property
-    def cache(self) -> StaleCache | None:
-        return self.options.cache
-
-    @property
-    def cache_namespace(self) -> stale.Namespace:
-        return self.options.cache_namespace
-
-    @property
-    def message(self) -> Message:
-        return self.options.message
-
-    @property
-    def retry_on(self) -> RetryOn | None:
-        return self.options.retry_on
-
-    @property
-    def attempts(self) -> int:
-        return self.options.attempts
-
-    @property
-    def hedge(self) -> Hedge | None:
-        return self.options.hedge
-
-    @property
-    def idempotency_key(self) -> Callable[[Mapping[str, Any]], str] | None:
-        return self.options.idempotency_key
 
     # -- one tool to its users: the wrapped one sees what is set on this one ---------------------
 
@@ -229,7 +180,8 @@ class DeadlineTool(BaseTool):
     def _call_config(self, input: Any, cfg: RunnableConfig) -> Callable[[], RunnableConfig]:
         """The config every try and copy of this call runs with. The idempotency key is made at
         the first try, once: a refused call never calls the user's key function."""
-        key = self.options.idempotency_key
+        retries = self.options.retries
+        key = None if retries is None else retries.idempotency_key
         if key is None:
             return lambda: cfg
         made: list[RunnableConfig] = []
@@ -243,14 +195,15 @@ class DeadlineTool(BaseTool):
 
     def _retrying(self, once: Callable[[], Any]) -> Callable[[], Any]:
         opts = self.options
-        if opts.retry_on is None:
+        retries = opts.retries
+        if retries is None:
             return once
         return policy.retrying(
             once,
-            on=opts.retry_on,
-            attempts=opts.attempts,
+            on=retries.on,
+            attempts=retries.attempts,
             side_effect=opts.side_effect,
-            idempotent=opts.idempotency_key is not None,
+            idempotent=retries.idempotency_key is not None,
             name=self.name,
         )
 
@@ -333,7 +286,8 @@ class DeadlineTool(BaseTool):
                 age_s=age,
             )
         record_child(rec, run)
-        sent = rec.side_effect_started and self.options.idempotency_key is None
+        retries = self.options.retries
+        sent = rec.side_effect_started and (retries is None or retries.idempotency_key is None)
         if error is not None and not sent:
             raise error
         if error is not None:

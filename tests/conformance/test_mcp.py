@@ -210,7 +210,7 @@ async def test_mcp_tools_are_the_servers_tools_with_their_caps(stdio_log: Server
         assert sorted(t.name for t in tools) == sorted(plain)
         [lookup] = [t for t in tools if t.name == "slow_lookup"]
         assert isinstance(lookup, DeadlineTool)
-        assert lookup.cap == 2.0
+        assert lookup.options.cap == 2.0
         assert lookup.tool_call_schema == plain["slow_lookup"].tool_call_schema
         call = {"type": "tool_call", "id": "c1", "name": "slow_lookup"}
         answer = await lookup.ainvoke({**call, "args": {"call": "quick", "seconds": 0}})

@@ -11,7 +11,7 @@ from langgraph_deadline import (
     DeadlineExceeded,
     deadline_scope,
 )
-from langgraph_deadline._retry.tenacity import stop_at_deadline, wait_within_deadline
+from langgraph_deadline.tenacity import stop_at_deadline, wait_within_deadline
 from tests.retry.fakes import Flaky, Transient
 
 

@@ -733,7 +733,7 @@ def test_deadline_tools_hedges_only_the_read_only_tools() -> None:
         return query
 
     read, written = deadline_tools([_read, write], read_only=["_read"], hedge=Hedge(after=0.1))
-    assert read.hedge == Hedge(after=0.1) and written.hedge is None
+    assert read.options.hedge == Hedge(after=0.1) and written.options.hedge is None
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ def test_caps_table_and_bad_input_get_clear_errors() -> None:
         return order_id
 
     wrapped = deadline_tools([search_docs, get_order], caps={"search_docs": 5}, default_cap=3)
-    assert {t.name: t.cap for t in wrapped} == {"search_docs": 5, "get_order": 3}
+    assert {t.name: t.options.cap for t in wrapped} == {"search_docs": 5, "get_order": 3}
     with pytest.raises(ValueError, match="unknown tools"):
         deadline_tools([search_docs], caps={"nope": 1})
     with pytest.raises(ValueError, match="cap"):

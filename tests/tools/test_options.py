@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import httpx
 import pytest
 
-from langgraph_deadline import InMemoryStaleCache, deadline_tool
+from langgraph_deadline import InMemoryStaleCache, Retries, deadline_tool
 from langgraph_deadline._tools.options import ToolOptions
 
 
@@ -25,10 +26,7 @@ def test_checked_options_have_times_as_floats() -> None:
         (ToolOptions(read_only=True, side_effect=True), ValueError, "exclude each other"),
         (ToolOptions(read_only=True, cache={}), TypeError, "StaleCache"),  # type: ignore[arg-type]
         (ToolOptions(message=3), TypeError, "format string"),  # type: ignore[arg-type]
-        (ToolOptions(retry_on=int), TypeError, "exception type"),  # type: ignore[arg-type]
-        (ToolOptions(attempts=0), ValueError, "'search': attempts"),
-        (ToolOptions(attempts=True), ValueError, "attempts"),
-        (ToolOptions(idempotency_key="k"), TypeError, "idempotency_key"),  # type: ignore[arg-type]
+        (ToolOptions(retries=httpx.HTTPError), TypeError, "Retries"),  # type: ignore[arg-type]
     ],
 )
 def test_bad_options_name_the_tool_and_the_option(
@@ -38,15 +36,33 @@ def test_bad_options_name_the_tool_and_the_option(
         options.checked("search")
 
 
-def test_a_tool_reads_its_options_but_cannot_change_them() -> None:
-    @deadline_tool(cap=3, retry_on=httpx.HTTPStatusError, attempts=2)
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: Retries(int), TypeError, "exception type"),
+        (lambda: Retries(httpx.HTTPError, attempts=0), ValueError, "attempts"),
+        (lambda: Retries(httpx.HTTPError, attempts=True), ValueError, "attempts"),
+        (lambda: Retries(httpx.HTTPError, idempotency_key="k"), TypeError, "idempotency_key"),
+    ],
+)
+def test_bad_retries_are_refused_when_made(
+    make: Callable[[], Retries], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_a_tool_shows_its_options_as_one_value_it_cannot_change() -> None:
+    @deadline_tool(cap=3, retries=Retries(httpx.HTTPStatusError, attempts=2))
     def search(query: str) -> str:
         """Search."""
         return query
 
-    assert (search.cap, search.attempts, search.retry_on) == (3.0, 2, httpx.HTTPStatusError)
-    assert (search.read_only, search.side_effect, search.cache) == (False, False, None)
+    opts = search.options
+    assert (opts.cap, opts.retries) == (3.0, Retries(httpx.HTTPStatusError, attempts=2))
+    assert (opts.read_only, opts.side_effect, opts.cache) == (False, False, None)
+    assert not hasattr(search, "attempts")  # no property mirrors what the value shows
     with pytest.raises(dataclasses.FrozenInstanceError):
         search.options.cap = 1.0  # type: ignore[misc]
-    with pytest.raises(AttributeError):
+    with pytest.raises(ValueError, match="no field"):
         search.cap = 1.0  # type: ignore[misc]

@@ -14,6 +14,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph_deadline import (
     DeadlineExceeded,
     DeadlineState,
+    Retries,
     StepRecord,
     deadline_scope,
     deadline_tool,
@@ -30,8 +31,12 @@ class Msgs(MessagesState, DeadlineState):
     pass
 
 
-def _post_tool(server: SlowServer, **options: Any) -> Any:
-    @deadline_tool(cap=3, side_effect=True, retry_on=httpx.HTTPStatusError, **options)
+def _post_tool(
+    server: SlowServer, *, attempts: int = 3, idempotency_key: Any = None, min_viable: float = 0.0
+) -> Any:
+    retries = Retries(httpx.HTTPStatusError, attempts=attempts, idempotency_key=idempotency_key)
+
+    @deadline_tool(cap=3, side_effect=True, retries=retries, min_viable=min_viable)
     def refund(order_id: str, config: RunnableConfig) -> str:
         """Refund an order."""
         key = (config.get("metadata") or {}).get("idempotency_key", "")
@@ -106,7 +111,7 @@ async def test_a_refused_call_never_calls_the_idempotency_key_function(
 def test_a_read_tool_retries_within_its_budget(slow_server: SlowServer) -> None:
     hits = [0]
 
-    @deadline_tool(cap=2, retry_on=httpx.HTTPStatusError, attempts=3)
+    @deadline_tool(cap=2, retries=Retries(httpx.HTTPStatusError, attempts=3))
     def status(order_id: str) -> str:
         """Order status."""
         hits[0] += 1
