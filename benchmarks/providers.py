@@ -39,7 +39,7 @@ from langgraph.graph import END, START, StateGraph
 from pydantic import SecretStr
 
 from langgraph_deadline import DeadlineExceeded, DeadlineState, budgeted_model, with_deadlines
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 from langgraph_deadline.testing import (
     ChatReply,
     FakeAnthropicServer,
@@ -184,7 +184,7 @@ def _text(answer: Any) -> str:
 
 async def _acall(way: str, model: BaseChatModel, timeout: float, stream: bool, tps: Any) -> Any:
     if way == "agent":
-        mw = DeadlineMiddleware(timeout=timeout, tokens_per_second=tps)
+        mw = DeadlineMiddleware(timeout=timeout, model_limits=ModelLimits(tokens_per_second=tps))
         return await create_agent(model, [], middleware=[mw]).ainvoke(
             {"messages": [HumanMessage("count")]}
         )
@@ -201,7 +201,7 @@ async def _acall(way: str, model: BaseChatModel, timeout: float, stream: bool, t
 
 def _call(way: str, model: BaseChatModel, timeout: float, stream: bool, tps: Any) -> Any:
     if way == "agent":
-        mw = DeadlineMiddleware(timeout=timeout, tokens_per_second=tps)
+        mw = DeadlineMiddleware(timeout=timeout, model_limits=ModelLimits(tokens_per_second=tps))
         return create_agent(model, [], middleware=[mw]).invoke(
             {"messages": [HumanMessage("count")]}
         )

@@ -24,7 +24,7 @@ from langgraph_deadline import (
     terminal_of,
     with_deadlines,
 )
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 from langgraph_deadline.asgi import DeadlineASGIMiddleware
 from langgraph_deadline.http import from_headers
 from langgraph_deadline.learn import LatencyBook, learned
@@ -209,15 +209,15 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "a model call that needs more than the timeout",
-        lambda: DeadlineMiddleware(timeout=1.0, model_min_viable=5.0),
+        lambda: DeadlineMiddleware(timeout=1.0, model_limits=ModelLimits(min_viable=5.0)),
         ValueError,
-        "model_min_viable",
+        "model_limits.min_viable",
     ),
     (
         "a model min_viable above the model cap",
-        lambda: DeadlineMiddleware(model_cap=1.0, model_min_viable=5.0),
+        lambda: DeadlineMiddleware(model_limits=ModelLimits(cap=1.0, min_viable=5.0)),
         ValueError,
-        "model_cap",
+        r"min_viable \(5.0 s\) is more than cap \(1.0 s\)",
     ),
     (
         "tool caps that are not a mapping",
@@ -263,10 +263,12 @@ CASES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         r"^min_viable\['a'\] \(2 s\) is more than timeout \(1 s\): it could never start",
     ),
     (
-        "the middleware's model_min_viable that fits the timeout, but not with the reserve",
-        lambda: DeadlineMiddleware(timeout=1.0, reserve=0.5, model_min_viable=0.8),
+        "the middleware's model min_viable that fits the timeout, but not with the reserve",
+        lambda: DeadlineMiddleware(
+            timeout=1.0, reserve=0.5, model_limits=ModelLimits(min_viable=0.8)
+        ),
         ValueError,
-        r"^model_min_viable \(0.8 s\) plus reserve \(0.5 s\) is more than timeout \(1 s\)",
+        r"^model_limits.min_viable \(0.8 s\) plus reserve \(0.5 s\) is more than timeout \(1 s\)",
     ),
     (
         "a node capped at 0",

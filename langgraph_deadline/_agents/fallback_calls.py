@@ -36,13 +36,8 @@ Response = ModelResponse[Any] | ExtendedModelResponse[Any]
 
 def _chain(settings: MiddlewareSettings, request: ModelRequest[Any]) -> tuple[Choice, ...]:
     assert settings.fallbacks is not None
-    main = Choice(
-        MODEL_STEP,
-        request.model,
-        settings.model_cap,
-        settings.model_min_viable,
-        idle_cap=settings.model_idle_cap,
-    )
+    lim = settings.model_limits
+    main = Choice(MODEL_STEP, request.model, lim.cap, lim.min_viable, idle_cap=lim.idle_cap)
     return (main, *settings.fallbacks.models)
 
 

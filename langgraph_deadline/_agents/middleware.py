@@ -36,10 +36,9 @@ from .._graph.following import found_book
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state, fresh_run_update
 from .._learn.book import LatencyBook
-from .._learn.policy import Learned
 from .._tools.tool import DeadlineTool
 from .fallback_calls import acall_chain, call_chain
-from .model import MIN_SAMPLES, BudgetedModel, fallbacks_of
+from .model import MIN_SAMPLES, BudgetedModel, ModelLimits, fallbacks_of
 from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
 from .run import (
     RUN,
@@ -70,7 +69,9 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       swarm handoff, a supervisor's delegation) joins the turn's deadline instead of starting
       its `timeout` again; its handoffs carry the deadline and its records to the parent; it
       leaves `completed` to the parent, which learns a `deadline_exceeded`.
-    - A model call gets `min(model_cap, remaining - reserve)`, is cancelled at it (async: the
+    - A model call gets `min(model_limits.cap, remaining - reserve)` (`model_limits` is one
+      `ModelLimits`: `cap`, `min_viable`, `idle_cap`, `tokens_per_second`, `length_hint`,
+      `learned_max_tokens`), is cancelled at it (async: the
       HTTP stream is closed, SDK retries included) and models whose SDK takes a per-request
       timeout (OpenAI's, Anthropic's, Gemini's, ...) also get it as theirs. With
       `tokens_per_second`, `max_tokens` is cut to what fits, under the name the model's
@@ -87,11 +88,11 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
       When the budget sets `max_tokens`, the model is also told its length (a line at the end
       of the system message, as for `budgeted_model`: it writes a shorter, whole answer rather
       than being cut mid-sentence; `length_hint=False` leaves the system message as it is).
-    - With `model_idle_cap` (seconds, or `learned(book)`), a model call whose stream sends
+    - With an `idle_cap` (seconds, or `learned(book)`), a model call whose stream sends
       nothing for that long after its first chunk is cut at once as stalled (its record's
       `cancel_source="stalled"`, its note "no progress for 2.1 s"): the next fallback model
       takes the time left, or, without one, the agent ends as for a cut call.
-    - Below `model_min_viable` no model call starts. Whether a call was skipped or cut, the agent
+    - Below its `min_viable` no model call starts. Whether a call was skipped or cut, the agent
       ends with a final assistant message saying the time ran out and listing what the tools
       had found (a cut call's streamed text first, marked as cut short; `partial_answer=False`
       leaves it out), closes every pending tool call with an error `ToolMessage` (the history stays
@@ -108,7 +109,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     - With `fallbacks` (opt-in), a model call goes to the first model of `[the agent's
       model, *fallbacks]` that can start and, with a `book`, whose learned
       `fallback_quantile` of answer times fits its budget; one that fails or is cut at
-      `model_cap` with time left hands the call to the next that fits, inside the same
+      its `cap` with time left hands the call to the next that fits, inside the same
       deadline. A fallback's record (named by its model id) says what it stood in for in its
       `note`, and its `AIMessage` carries `response_metadata["langgraph_deadline"]["fallback"]`.
 
@@ -125,12 +126,11 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     Raises:
         TypeError, ValueError: a time is not a finite number >= 0 (or a cap is 0),
-            `tokens_per_second` <= 0, `tool_caps` is not a mapping, or the settings cannot
-            fit (`reserve >= timeout`, `model_min_viable` above `timeout` less `reserve`, or
-            above `model_cap`);
-            `fallbacks` empty, holding a non-model or two models of one name; `book` not a
-            `LatencyBook`; `fallback_quantile` outside (0, 1); `budget_note`,
-            `learned_max_tokens` or `length_hint` not a bool..
+            `tool_caps` is not a mapping, `model_limits` not a `ModelLimits`, or the settings
+            cannot fit (`reserve >= timeout`, the model's `min_viable` above `timeout` less
+            `reserve`); `fallbacks` empty, holding a non-model or two models of one name;
+            `book` not a `LatencyBook`; `fallback_quantile` outside (0, 1); `partial_answer` or
+            `budget_note` not a bool.
         ValueError: at the agent's first model call, `tool_caps` naming a tool the agent
             does not have (the tools are known only then).
     """
@@ -144,17 +144,12 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         reserve: float = 0.0,
         tool_caps: Mapping[str, float | StepRule | None] | None = None,
         default_tool_cap: float | StepRule | None = None,
-        model_cap: float | None = None,
-        model_min_viable: float = 0.0,
-        model_idle_cap: float | Learned | None = None,
-        tokens_per_second: float | Learned | None = None,
+        model_limits: ModelLimits | None = None,
         partial_answer: bool = True,
         fallbacks: Sequence[BaseChatModel | BudgetedModel[Any]] | None = None,
         book: LatencyBook | None = None,
         fallback_quantile: float = 0.9,
         budget_note: bool = False,
-        learned_max_tokens: bool = True,
-        length_hint: bool = True,
     ) -> None:
         super().__init__()
         models, given = fallbacks, book
@@ -174,16 +169,11 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             reserve=reserve,
             tool_caps={} if tool_caps is None else tool_caps,
             default_tool_cap=default_tool_cap,
-            model_cap=model_cap,
-            model_min_viable=model_min_viable,
-            model_idle_cap=model_idle_cap,
-            tokens_per_second=tokens_per_second,
+            model_limits=ModelLimits() if model_limits is None else model_limits,
             partial_answer=partial_answer,
             fallbacks=chain,
             budget_note=budget_note,
             book=book,
-            learned_max_tokens=learned_max_tokens,
-            length_hint=length_hint,
         )
         self.tools = []
 

@@ -170,13 +170,14 @@ def fallbacks_of(
         if isinstance(model, BudgetedModel) and not (
             chat_models and not isinstance(model.model, BaseChatModel)
         ):
+            lim = model.limits
             choice = Choice(
                 model.step_name,
                 model.model,
-                model.cap,
-                model.min_viable,
-                model.tokens_per_second,
-                model.idle_cap,
+                lim.cap,
+                lim.min_viable,
+                lim.tokens_per_second,
+                lim.idle_cap,
             )
         elif isinstance(model, BaseChatModel):
             choice = Choice(model_id(model), model)
@@ -278,32 +279,43 @@ T = TypeVar("T")
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ModelLimits:
-    """What one budgeted model may take of the deadline: at most `cap`, never less than
-    `min_viable`; `name` is its steps' name; `tokens_per_second` (a rate, or learned) cuts
-    `max_tokens` to what its budget can stream, and with `length_hint` the model is told that
-    length (`provider.LENGTH_HINT`); `idle_cap` (seconds, or learned) is the longest gap
-    between two chunks of its stream before it is cut as stalled. Checked when made.
+    """What one model call may take of the deadline, as one value: at most `cap`, never less
+    than `min_viable`; `idle_cap` (seconds, or learned) is the longest gap between two chunks
+    of its stream before it is cut as stalled; `tokens_per_second` (a rate, or learned) cuts
+    `max_tokens` to what its budget can stream, and without it the rate a book attached to the
+    run learned does, unless `learned_max_tokens` is False; with `length_hint` the model is
+    told the length its `max_tokens` allows. Checked when made.
+
+    `DeadlineMiddleware(model_limits=ModelLimits(cap=20.0, min_viable=2.0))`; `budgeted_model`
+    takes the same options as keywords.
 
     Raises:
-        TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0,
-            `tokens_per_second` neither a number > 0 nor `learned(...)`, `idle_cap` neither a
-            number > 0 nor `learned(...)`.
+        TypeError, ValueError: `cap` or `min_viable` is not a finite number >= 0, or
+            `min_viable` is above `cap`; `tokens_per_second` neither a number > 0 nor
+            `learned(...)`, `idle_cap` neither a number > 0 nor `learned(...)`; a flag that is
+            not a bool.
     """
 
-    name: str
     cap: float | None = None
     min_viable: float = 0.0
-    tokens_per_second: Rate | None = None
     idle_cap: float | StepRule | None = None
+    tokens_per_second: Rate | None = None
     length_hint: bool = True
+    learned_max_tokens: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.length_hint, bool):
-            raise TypeError(f"length_hint must be a bool, got {show(self.length_hint)}")
+        for flag in ("length_hint", "learned_max_tokens"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be a bool, got {show(getattr(self, flag))}")
         object.__setattr__(self, "cap", check_step_cap(self.cap, "cap"))
         object.__setattr__(self, "min_viable", check_seconds(self.min_viable, "min_viable"))
         object.__setattr__(self, "tokens_per_second", check_rate(self.tokens_per_second))
         object.__setattr__(self, "idle_cap", check_idle_cap(self.idle_cap, "idle_cap"))
+        if self.cap is not None and self.min_viable > self.cap:
+            raise ValueError(
+                f"min_viable ({self.min_viable} s) is more than cap ({self.cap} s): no model "
+                "call could start"
+            )
 
 
 class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
@@ -315,14 +327,16 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
     def __init__(
         self,
         model: Runnable[LanguageModelInput, T],
+        name: str,
         limits: ModelLimits,
         fallbacks: Fallbacks | None = None,
     ) -> None:
         self.model = model
+        self._name = name
         self._limits = limits
         self._fallbacks = fallbacks
         main = Choice(
-            limits.name,
+            name,
             model,
             limits.cap,
             limits.min_viable,
@@ -335,23 +349,12 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
     @property
     def step_name(self) -> str:
         """Its steps' name (a fallback's, in a chain)."""
-        return self._limits.name
+        return self._name
 
     @property
-    def cap(self) -> float | None:
-        return self._limits.cap
-
-    @property
-    def min_viable(self) -> float:
-        return self._limits.min_viable
-
-    @property
-    def tokens_per_second(self) -> Rate | None:
-        return self._limits.tokens_per_second
-
-    @property
-    def idle_cap(self) -> float | StepRule | None:
-        return self._limits.idle_cap
+    def limits(self) -> ModelLimits:
+        """What each of its calls may take (`budgeted_model`'s `cap`, `min_viable`, ...)."""
+        return self._limits
 
     @property
     def fallbacks(self) -> tuple[str, ...]:
@@ -359,7 +362,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         return tuple(c.name for c in self._chain[1:])
 
     def get_name(self, suffix: str | None = None, *, name: str | None = None) -> str:
-        return name or self._limits.name + (suffix or "")
+        return name or self._name + (suffix or "")
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> BudgetedModel[Any]:
         """`model.bind_tools(...)`, still budgeted (its fallbacks get the same tools)."""
@@ -370,7 +373,7 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
             fallbacks = self._fallbacks.with_models(
                 [dataclasses.replace(c, model=m) for c, m in pairs]
             )
-        return BudgetedModel(bound[0], self._limits, fallbacks)
+        return BudgetedModel(bound[0], self._name, self._limits, fallbacks)
 
     def _plan(self, choice: Choice, config: RunnableConfig, *, sync: bool) -> Plan:
         # A model call inside a node shares the node's budget, the reserve held back already.
@@ -483,7 +486,8 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
         choice, plan = self._chain[chosen.at], chosen.plan
         model = choice.model
         run = run_from_config(cfg)
-        rate = book_rate(choice.rate, None if run is None else run.book)  # by default
+        book = None if run is None or not self._limits.learned_max_tokens else run.book
+        rate = book_rate(choice.rate, book)  # by default
         told = call_options(model, plan.budget, kwargs, tokens_per_second=rate)
         if self._limits.length_hint and told.tokens is not None:
             input = with_length_hint(input, told.tokens)
@@ -633,18 +637,18 @@ def budgeted_model(
     limits = ModelLimits(
         cap=cap,
         min_viable=min_viable,
-        name=name or model_id(model),
         tokens_per_second=tokens_per_second,
         idle_cap=idle_cap,
         length_hint=length_hint,
     )
+    name = name or model_id(model)
     chain = fallbacks_of(
         fallbacks,
         label="fallbacks",
-        taken=limits.name,
+        taken=name,
         book=book,
         quantile=fallback_quantile,
         min_samples=MIN_SAMPLES,
         quantile_label="fallback_quantile",
     )
-    return BudgetedModel(cast("Runnable[LanguageModelInput, Any]", model), limits, chain)
+    return BudgetedModel(cast("Runnable[LanguageModelInput, Any]", model), name, limits, chain)

@@ -45,15 +45,9 @@ MODEL_STEP: Final = "model"
 
 
 def model_plan(settings: MiddlewareSettings, state: Mapping[str, Any], *, sync: bool) -> Plan:
-    """The next model call's budget: `min(model_cap, remaining - reserve)`."""
-    step = Step(
-        MODEL_STEP,
-        "model",
-        settings.model_cap,
-        settings.model_min_viable,
-        settings.reserve,
-        settings.model_idle_cap,
-    )
+    """The next model call's budget: `min(model_limits.cap, remaining - reserve)`."""
+    lim = settings.model_limits
+    step = Step(MODEL_STEP, "model", lim.cap, lim.min_viable, settings.reserve, lim.idle_cap)
     return step.plan(deadline=deadline_from_state(state), sync=sync)
 
 
@@ -62,8 +56,8 @@ def call_rate(settings: MiddlewareSettings) -> Rate | None:
     attached (`book=`, the book of a learned tool cap, or the run's under
     `with_deadlines(book=)`), the rate that book learns, as `budgeted_model` does
     (`book_rate`); `learned_max_tokens=False`: none."""
-    rate = settings.tokens_per_second
-    if rate is not None or not settings.learned_max_tokens:
+    rate = settings.model_limits.tokens_per_second
+    if rate is not None or not settings.model_limits.learned_max_tokens:
         return rate
     return book_rate(None, settings.book or _run_book())
 
@@ -88,7 +82,7 @@ def with_budget(
     )
     if not told.options:
         return request
-    if settings.length_hint and told.tokens is not None:
+    if settings.model_limits.length_hint and told.tokens is not None:
         request = with_note(request, length_hint(told.tokens))
     return request.override(model_settings={**model_settings, **told.options})
 

@@ -10,50 +10,40 @@ from .._core.rules import StepRule
 from .._core.validate import (
     check_cap,
     check_fits,
-    check_idle_cap,
     check_limit,
     check_mapping,
     check_seconds,
-    check_step_cap,
 )
 from .._learn.book import LatencyBook
-from .model import Fallbacks
-from .provider import Rate, check_rate
+from .model import Fallbacks, ModelLimits
 
 __all__ = ["MiddlewareSettings"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class MiddlewareSettings:
-    """The run's `timeout` and `reserve`, the caps of model and tool calls, the least time a
-    model call needs (`model_min_viable`), the model's `tokens_per_second` if known (or
-    learned), whether a cut model call's streamed text is kept (`partial_answer`), the models
-    to fall back to (`fallbacks`), whether model calls get the budget note (`budget_note`) and
-    the book attached to the agent (`book`: its tool times, and its model's output rate unless
-    `learned_max_tokens` is False), whether a call whose budget sets `max_tokens` is told its
-    length (`length_hint`). Checked when made; `tool_caps` is kept read-only; tool
-    caps may be learned (`StepRule`s). See `DeadlineMiddleware`.
+    """The run's `timeout` and `reserve`, the caps of tool calls, what a model call may take
+    (`model_limits`, checked when made), whether a cut model call's streamed text is kept
+    (`partial_answer`), the models to fall back to (`fallbacks`), whether model calls get the
+    budget note (`budget_note`) and the book attached to the agent (`book`: its tool times,
+    and its model's output rate unless `model_limits.learned_max_tokens` is False). Checked
+    when made; `tool_caps` is kept read-only; tool caps may be learned (`StepRule`s). See
+    `DeadlineMiddleware`.
 
     Raises:
-        TypeError, ValueError: a time is not a finite number >= 0, or `tokens_per_second` <= 0;
-            `partial_answer`, `budget_note`, `learned_max_tokens` or `length_hint` is not
-            a bool.
+        TypeError, ValueError: a time is not a finite number >= 0; `model_limits` is not a
+            `ModelLimits`; `partial_answer` or `budget_note` is not a bool.
     """
 
     timeout: float | None = None
     reserve: float = 0.0
     tool_caps: Mapping[str, float | StepRule | None] = dataclasses.field(default_factory=dict)
     default_tool_cap: float | StepRule | None = None
-    model_cap: float | None = None
-    model_min_viable: float = 0.0
-    model_idle_cap: float | StepRule | None = None
-    tokens_per_second: Rate | None = None
+    model_limits: ModelLimits = dataclasses.field(default_factory=ModelLimits)
     partial_answer: bool = True
     fallbacks: Fallbacks | None = None  # checked by `fallbacks_of` when the middleware is made
     budget_note: bool = False
     book: LatencyBook | None = None  # checked when the middleware is made
-    learned_max_tokens: bool = True
-    length_hint: bool = True
 
     def __post_init__(self) -> None:
         checked = {  # in the order of the arguments: the first mistake is the one reported
@@ -66,12 +56,12 @@ class MiddlewareSettings:
                 }
             ),
             "default_tool_cap": check_limit(self.default_tool_cap, "default_tool_cap"),
-            "model_cap": check_step_cap(self.model_cap, "model_cap"),
-            "model_min_viable": check_seconds(self.model_min_viable, "model_min_viable"),
-            "model_idle_cap": check_idle_cap(self.model_idle_cap, "model_idle_cap"),
-            "tokens_per_second": check_rate(self.tokens_per_second),
         }
-        for flag in ("partial_answer", "budget_note", "learned_max_tokens", "length_hint"):
+        if not isinstance(self.model_limits, ModelLimits):
+            raise TypeError(
+                f"model_limits must be a ModelLimits, got {type(self.model_limits).__name__}"
+            )
+        for flag in ("partial_answer", "budget_note"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         for name, value in checked.items():
@@ -79,13 +69,8 @@ class MiddlewareSettings:
         check_fits(
             self.timeout,
             reserve=self.reserve,
-            needs={"model_min_viable": self.model_min_viable},
+            needs={"model_limits.min_viable": self.model_limits.min_viable},
         )
-        if self.model_cap is not None and self.model_min_viable > self.model_cap:
-            raise ValueError(
-                f"model_min_viable ({self.model_min_viable} s) is more than model_cap "
-                f"({self.model_cap} s): no model call could start"
-            )
 
     def check_tool_names(self, tools: Sequence[object]) -> None:
         """Refuse `tool_caps` naming a tool the agent does not have (a typo would leave the

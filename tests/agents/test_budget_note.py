@@ -11,7 +11,7 @@ import pytest
 from langchain.agents import create_agent
 
 from langgraph_deadline._agents.note import budget_note
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, ScriptedToolCall
 from tests.agents.support import ask, orders
@@ -82,4 +82,4 @@ def test_bad_note_settings_are_refused_naming_the_argument() -> None:
     with pytest.raises(TypeError, match="book must be a LatencyBook"):
         DeadlineMiddleware(budget_note=True, book={})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="learned_max_tokens must be a bool"):
-        DeadlineMiddleware(book=LatencyBook(listen=False), learned_max_tokens=1)  # type: ignore[arg-type]
+        ModelLimits(learned_max_tokens=1)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph_deadline import Terminal, deadline_scope
 from langgraph_deadline._agents.closing import give_up
 from langgraph_deadline._graph.messages import CUT_SHORT
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 from langgraph_deadline.testing import (
     ChatReply,
     FakeOpenAIServer,
@@ -33,7 +33,7 @@ async def test_too_little_left_ends_with_the_final_message_and_a_valid_history(
         ),
         ChatReply.text("never asked"),
     )
-    middleware = DeadlineMiddleware(timeout=1.0, model_min_viable=0.5)
+    middleware = DeadlineMiddleware(timeout=1.0, model_limits=ModelLimits(min_viable=0.5))
     agent = create_agent(chat(server), [orders, hang], middleware=[middleware])
 
     t0 = time.monotonic()
@@ -68,7 +68,9 @@ async def test_pending_tool_calls_are_closed_when_no_model_call_fits(
         ],
     )
     agent = create_agent(
-        chat(server), [orders], middleware=[DeadlineMiddleware(timeout=5.0, model_min_viable=1.0)]
+        chat(server),
+        [orders],
+        middleware=[DeadlineMiddleware(timeout=5.0, model_limits=ModelLimits(min_viable=1.0))],
     )
     async with deadline_scope(0.3):  # the caller has less left than a model call needs
         out = await agent.ainvoke({"messages": [HumanMessage("hi"), pending]})

@@ -15,7 +15,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import SecretStr
 
 from langgraph_deadline import Terminal, budgeted_model, deadline_scope
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer, await_nothing_sent_after
 from langgraph_deadline.types import StepStatus
@@ -94,7 +94,9 @@ async def test_an_agent_model_cut_at_its_cap_leaves_the_rest_to_the_fallback(
         chat(slow, "gpt-slow"),
         [],
         middleware=[
-            DeadlineMiddleware(timeout=5.0, model_cap=0.5, fallbacks=[chat(fast, "gpt-fast")])
+            DeadlineMiddleware(
+                timeout=5.0, fallbacks=[chat(fast, "gpt-fast")], model_limits=ModelLimits(cap=0.5)
+            )
         ],
     )
     t0 = time.monotonic()
@@ -115,7 +117,11 @@ async def test_nothing_runs_past_the_deadline_when_the_fallback_is_slow_too(
             chat(slow, "gpt-slow"),
             [],
             middleware=[
-                DeadlineMiddleware(timeout=1.2, model_cap=0.4, fallbacks=[chat(second, "gpt-fast")])
+                DeadlineMiddleware(
+                    timeout=1.2,
+                    fallbacks=[chat(second, "gpt-fast")],
+                    model_limits=ModelLimits(cap=0.4),
+                )
             ],
         )
         out = await agent.ainvoke(ask())
@@ -136,7 +142,11 @@ async def test_when_no_model_can_start_the_agent_ends_without_a_request(
     agent = create_agent(
         chat(slow, "gpt-slow"),
         [],
-        middleware=[DeadlineMiddleware(timeout=5.0, model_min_viable=1.0, fallbacks=[fallback])],
+        middleware=[
+            DeadlineMiddleware(
+                timeout=5.0, fallbacks=[fallback], model_limits=ModelLimits(min_viable=1.0)
+            )
+        ],
     )
     with deadline_scope(0.5):  # the caller has half a second: no model's min_viable fits
         out = await agent.ainvoke(ask())
@@ -222,7 +232,9 @@ async def test_an_agent_model_below_its_min_viable_hands_the_call_to_a_fallback_
         [],
         middleware=[
             DeadlineMiddleware(
-                timeout=5.0, model_min_viable=2.0, fallbacks=[chat(fast, "gpt-fast")]
+                timeout=5.0,
+                fallbacks=[chat(fast, "gpt-fast")],
+                model_limits=ModelLimits(min_viable=2.0),
             )
         ],
     )

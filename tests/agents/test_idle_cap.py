@@ -129,7 +129,7 @@ async def test_an_agents_model_call_that_stalls_hands_the_turn_to_its_fallback(
     from langchain.agents import create_agent
 
     from langgraph_deadline import Terminal
-    from langgraph_deadline.agents import DeadlineMiddleware
+    from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 
     from .support import ask
 
@@ -138,7 +138,11 @@ async def test_an_agents_model_call_that_stalls_hands_the_turn_to_its_fallback(
         chat(slow, "gpt-slow"),
         [],
         middleware=[
-            DeadlineMiddleware(timeout=5.0, model_idle_cap=IDLE, fallbacks=[chat(fast, "gpt-fast")])
+            DeadlineMiddleware(
+                timeout=5.0,
+                fallbacks=[chat(fast, "gpt-fast")],
+                model_limits=ModelLimits(idle_cap=IDLE),
+            )
         ],
     )
     start = time.monotonic()
@@ -153,7 +157,7 @@ async def test_an_agents_model_call_that_stalls_hands_the_turn_to_its_fallback(
 
 
 def test_a_bad_model_idle_cap_is_refused_naming_it() -> None:
-    from langgraph_deadline.agents import DeadlineMiddleware
+    from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 
-    with pytest.raises(ValueError, match="model_idle_cap"):
-        DeadlineMiddleware(model_idle_cap=-1.0)
+    with pytest.raises(ValueError, match="idle_cap"):
+        DeadlineMiddleware(model_limits=ModelLimits(idle_cap=-1.0))

@@ -26,7 +26,7 @@ from langgraph_deadline import (
 from langgraph_deadline._agents.provider import LENGTH_HINT, WORDS_PER_TOKEN
 from langgraph_deadline._agents.timing import RUN_RATE
 from langgraph_deadline._learn.book import FIRST_TOKEN, PER_TOKEN
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 from langgraph_deadline.learn import LatencyBook, learned
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from langgraph_deadline.types import StepStatus
@@ -171,7 +171,11 @@ async def test_an_agent_learns_its_model_and_its_answers_fit_the_time_left(
     model = plain_chat(counting)
 
     warm = create_agent(
-        model, [orders], middleware=[DeadlineMiddleware(timeout=60.0, tokens_per_second=rate)]
+        model,
+        [orders],
+        middleware=[
+            DeadlineMiddleware(timeout=60.0, model_limits=ModelLimits(tokens_per_second=rate))
+        ],
     )
     for _ in range(3):
         counting.enqueue(ChatReply.counting(20, chunk_interval=TICK))
@@ -180,7 +184,11 @@ async def test_an_agent_learns_its_model_and_its_answers_fit_the_time_left(
     assert book.count("gpt-fake", FIRST_TOKEN) == 3
 
     agent = create_agent(
-        model, [orders], middleware=[DeadlineMiddleware(timeout=1.5, tokens_per_second=rate)]
+        model,
+        [orders],
+        middleware=[
+            DeadlineMiddleware(timeout=1.5, model_limits=ModelLimits(tokens_per_second=rate))
+        ],
     )
     out = await agent.ainvoke(ask())
     sent = counting.requests[-1].max_tokens
@@ -244,7 +252,9 @@ async def test_an_agent_with_a_book_attached_sizes_its_answers_to_the_time_left_
         assert len(final.text.split()) == sent
 
     # turned off: today's behaviour, no max_tokens, the answer is cut at the deadline
-    off = DeadlineMiddleware(timeout=budget, book=book, learned_max_tokens=False)
+    off = DeadlineMiddleware(
+        timeout=budget, book=book, model_limits=ModelLimits(learned_max_tokens=False)
+    )
     out = await _deadline_run(create_agent(model, [orders], middleware=[off]), counting, budget)
     assert counting.requests[-1].max_tokens is None
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
@@ -306,7 +316,7 @@ async def test_an_agent_model_is_told_its_length_and_answers_whole_sentences(
     obeying: FakeOpenAIServer,
 ) -> None:
     model = plain_chat(obeying)
-    told = DeadlineMiddleware(timeout=1.0, tokens_per_second=1 / TICK)
+    told = DeadlineMiddleware(timeout=1.0, model_limits=ModelLimits(tokens_per_second=1 / TICK))
     out = await create_agent(model, [orders], system_prompt="Be kind.", middleware=[told]).ainvoke(
         ask()
     )
@@ -319,7 +329,9 @@ async def test_an_agent_model_is_told_its_length_and_answers_whole_sentences(
     final = out["messages"][-1]
     assert final.response_metadata["finish_reason"] == "stop" and final.text.endswith(".")
 
-    quiet = DeadlineMiddleware(timeout=1.0, tokens_per_second=10.0, length_hint=False)
+    quiet = DeadlineMiddleware(
+        timeout=1.0, model_limits=ModelLimits(tokens_per_second=10.0, length_hint=False)
+    )
     await create_agent(model, [orders], system_prompt="Be kind.", middleware=[quiet]).ainvoke(ask())
     assert _system(obeying) == "Be kind."
 
@@ -328,7 +340,7 @@ def test_a_bad_rate_is_refused_when_made_naming_the_argument(server: FakeOpenAIS
     with pytest.raises(TypeError, match="tokens_per_second must be a number or learned"):
         budgeted_model(openai_chat(server), tokens_per_second="fast")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="tokens_per_second must be a finite number > 0"):
-        DeadlineMiddleware(tokens_per_second=0)
+        DeadlineMiddleware(model_limits=ModelLimits(tokens_per_second=0))
     with pytest.raises(ValueError, match="quantile must be in"):
         learned(LatencyBook(listen=False), quantile=1.0)
 

@@ -22,7 +22,7 @@ from langgraph_deadline import (
     deadline_scope,
     with_deadlines,
 )
-from langgraph_deadline._agents.model import ModelLimits
+from langgraph_deadline.agents import ModelLimits
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from langgraph_deadline.testing._quiet import assert_nothing_sent_after, await_nothing_sent_after
 from langgraph_deadline.types import StepStatus
@@ -127,7 +127,7 @@ async def test_tools_can_be_bound_and_stay_budgeted(server: FakeOpenAIServer) ->
     assert isinstance(reply, AIMessage) and reply.tool_calls[0]["args"] == {"order_id": "42"}
     assert server.requests[0].body["tools"][0]["function"]["name"] == "lookup"
     assert server.requests[0].read_timeout == pytest.approx(3.0)
-    assert llm.cap == 3.0
+    assert llm.limits.cap == 3.0
 
 
 def test_bad_arguments_get_clear_errors() -> None:
@@ -138,13 +138,14 @@ def test_bad_arguments_get_clear_errors() -> None:
 
 
 def test_a_models_limits_are_checked_when_made_and_read_back() -> None:
-    assert ModelLimits(name="m", cap=2, min_viable=1) == ModelLimits(
-        name="m", cap=2.0, min_viable=1.0
-    )
+    assert ModelLimits(cap=2, min_viable=1) == ModelLimits(cap=2.0, min_viable=1.0)
     with pytest.raises(TypeError, match="min_viable"):
-        ModelLimits(name="m", min_viable="1")  # type: ignore[arg-type]
+        ModelLimits(min_viable="1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"min_viable \(3.0 s\) is more than cap \(2.0 s\)"):
+        ModelLimits(cap=2, min_viable=3)
     llm = budgeted_model(ChatOpenAI(api_key=SecretStr("test")), cap=4, min_viable=1)
-    assert (llm.cap, llm.min_viable) == (4.0, 1.0)
+    assert llm.limits == ModelLimits(cap=4.0, min_viable=1.0)
+    assert not hasattr(llm, "cap")  # no property mirrors what the value shows (#49)
 
 
 @pytest.mark.anyio

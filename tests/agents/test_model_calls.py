@@ -12,7 +12,7 @@ from langchain.agents.middleware import ModelRetryMiddleware
 from langchain_core.messages import AIMessage
 
 from langgraph_deadline import Terminal
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 from langgraph_deadline.testing import (
     ChatReply,
     FakeOpenAIServer,
@@ -136,7 +136,9 @@ async def test_the_budget_reaches_the_provider_as_timeout_and_max_tokens(
     server: FakeOpenAIServer,
 ) -> None:
     server.enqueue(ChatReply.text("short"), ChatReply.text("short"))
-    fast = DeadlineMiddleware(timeout=2.0, model_cap=1.0, tokens_per_second=50.0)
+    fast = DeadlineMiddleware(
+        timeout=2.0, model_limits=ModelLimits(cap=1.0, tokens_per_second=50.0)
+    )
     agent = create_agent(chat(server), [orders], middleware=[fast])
     await agent.ainvoke(ask())
     body = server.requests[0].body

@@ -33,7 +33,7 @@ from langgraph_deadline import (
 )
 from langgraph_deadline._agents.provider import call_options
 from langgraph_deadline._agents.timing import RUN_RATE
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.testing import (
     ChatReply,
@@ -225,7 +225,7 @@ async def test_the_budget_token_limit_reaches_each_provider_under_its_own_name(
         out = await _graph(lambda: llm.ainvoke("count"), timeout=1.0).ainvoke({})
         text = out["text"]
     else:  # tools bound by the agent: bind_tools keeps the limit's place
-        mw = DeadlineMiddleware(timeout=1.0, tokens_per_second=20.0)
+        mw = DeadlineMiddleware(timeout=1.0, model_limits=ModelLimits(tokens_per_second=20.0))
         out = await create_agent(model, [orders], middleware=[mw]).ainvoke(ask())
         text = out["messages"][-1].text
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]

@@ -12,7 +12,7 @@ from langchain.agents import create_agent
 
 from langgraph_deadline import Terminal
 from langgraph_deadline._agents.settings import MiddlewareSettings
-from langgraph_deadline.agents import DeadlineMiddleware
+from langgraph_deadline.agents import DeadlineMiddleware, ModelLimits
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from tests.agents.support import ask, hang, orders
 from tests.chat_models import openai_chat as chat
@@ -23,17 +23,21 @@ def test_bad_settings_get_clear_errors() -> None:
         DeadlineMiddleware(timeout=-1)
     with pytest.raises(ValueError, match="tool_caps\\['search'\\]"):
         DeadlineMiddleware(tool_caps={"search": float("nan")})
-    with pytest.raises(TypeError, match="model_min_viable"):
-        DeadlineMiddleware(model_min_viable="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="min_viable"):
+        DeadlineMiddleware(model_limits=ModelLimits(min_viable="1"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="tokens_per_second"):
-        DeadlineMiddleware(tokens_per_second=0)
+        DeadlineMiddleware(model_limits=ModelLimits(tokens_per_second=0))
     with pytest.raises(TypeError, match="partial_answer"):
         DeadlineMiddleware(partial_answer="no")  # type: ignore[arg-type]
 
 
 def test_settings_are_checked_floats_and_the_middleware_reads_them() -> None:
     middleware = DeadlineMiddleware(
-        timeout=20, reserve=1, tool_caps={"search": 5}, default_tool_cap=8, tokens_per_second=50
+        timeout=20,
+        reserve=1,
+        tool_caps={"search": 5},
+        default_tool_cap=8,
+        model_limits=ModelLimits(tokens_per_second=50),
     )
     settings = middleware.settings
     assert settings == MiddlewareSettings(
@@ -41,9 +45,9 @@ def test_settings_are_checked_floats_and_the_middleware_reads_them() -> None:
         reserve=1.0,
         tool_caps={"search": 5.0},
         default_tool_cap=8.0,
-        tokens_per_second=50.0,
+        model_limits=ModelLimits(tokens_per_second=50.0),
     )
-    assert (settings.timeout, settings.reserve, settings.model_cap) == (20.0, 1.0, None)
+    assert (settings.timeout, settings.reserve, settings.model_limits.cap) == (20.0, 1.0, None)
     assert settings.partial_answer is True
     assert DeadlineMiddleware(partial_answer=False).settings.partial_answer is False
     # one place shows a setting: no read-only property mirrors it (#49)
@@ -65,10 +69,11 @@ def test_caps_of_zero_are_refused_naming_the_argument() -> None:
     for kwargs, named in (
         ({"tool_caps": {"search": 0}}, r"tool_caps\['search'\] must be more than 0"),
         ({"default_tool_cap": 0.0}, "default_tool_cap must be more than 0"),
-        ({"model_cap": 0}, "model_cap must be more than 0"),
     ):
         with pytest.raises(ValueError, match=named):
             DeadlineMiddleware(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cap must be more than 0"):
+        DeadlineMiddleware(model_limits=ModelLimits(cap=0))
 
 
 @pytest.mark.anyio
