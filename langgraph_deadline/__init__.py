@@ -15,6 +15,7 @@ from ._core.records import Outcome, StepRecord, Terminal
 from ._core.timeouts import timeout_message
 from ._graph.forms import DeadlineDataclass, DeadlineModel
 from ._graph.node import budgeted
+from ._graph.settings import Closing
 from ._graph.state import DeadlineState, deadline_input
 from ._graph.terminal import terminal_of
 from ._graph.wrap import with_deadlines
@@ -27,6 +28,7 @@ from ._tools.options import Retries
 
 __all__ = [
     "BudgetedModel",
+    "Closing",
     "Deadline",
     "DeadlineDataclass",
     "DeadlineExceeded",

@@ -15,10 +15,12 @@ from ._core.records import StepStatus
 from ._core.timeouts import ToolTimeout
 from ._graph.functional import DeadlineEntrypoint
 from ._graph.graph import DeadlineGraph
+from ._graph.wrap import CompileArgs
 from ._tools.make import ToolArgs
 from ._tools.tool import DeadlineTool
 
 __all__ = [
+    "CompileArgs",
     "DeadlineEntrypoint",
     "DeadlineGraph",
     "DeadlineTool",

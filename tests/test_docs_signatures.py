@@ -24,19 +24,29 @@ def _documented(block: Block) -> tuple[list[tuple[str, str, Any]], str | None]:
     params: list[tuple[str, str, Any]] = []
     positional = [*a.posonlyargs, *a.args]
     defaults: list[Any] = [inspect.Parameter.empty] * (len(positional) - len(a.defaults))
-    defaults += [ast.literal_eval(d) for d in a.defaults]
+    defaults += [_value(d) for d in a.defaults]
     for i, (arg, default) in enumerate(zip(positional, defaults, strict=True)):
         kind = "POSITIONAL_ONLY" if i < len(a.posonlyargs) else "POSITIONAL_OR_KEYWORD"
         params.append((arg.arg, kind, default))
     if a.vararg is not None:
         params.append((a.vararg.arg, "VAR_POSITIONAL", inspect.Parameter.empty))
     for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
-        value = inspect.Parameter.empty if kw_default is None else ast.literal_eval(kw_default)
+        value = inspect.Parameter.empty if kw_default is None else _value(kw_default)
         params.append((arg.arg, "KEYWORD_ONLY", value))
     if a.kwarg is not None:
         params.append((a.kwarg.arg, "VAR_KEYWORD", inspect.Parameter.empty))
     returns = None if func.returns is None else ast.unparse(func.returns)
     return params, returns
+
+
+def _value(node: ast.expr) -> Any:
+    """A default as written: a literal, or a value of the package's (`Closing()`), made."""
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        import langgraph_deadline
+
+        return eval(ast.unparse(node), vars(langgraph_deadline))  # the docs' own text
 
 
 def _actual(dotted: str) -> tuple[list[tuple[str, str, Any]], str | None]:

@@ -21,6 +21,7 @@ PUBLIC_MODULES = (
 
 DOCUMENTED = {
     "BudgetedModel",
+    "Closing",
     "budgeted_model",
     "Deadline",
     "DeadlineExceeded",
@@ -67,6 +68,7 @@ def test_types_and_learn_module_surfaces() -> None:
     import langgraph_deadline.types as types
 
     assert set(types.__all__) == {
+        "CompileArgs",
         "DeadlineEntrypoint",
         "DeadlineGraph",
         "DeadlineTool",

@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Final
 
 from .._core.rules import StepRule, Timings
 
-__all__ = ["GraphSettings", "NodeSettings"]
+__all__ = ["CLOSING", "Closing", "GraphSettings", "NodeSettings"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Closing:
+    """How a run of a messages state that ran out of time ends: with a short assistant reply
+    saying the answer is incomplete (`message`; with a `reserve`, the time to write it),
+    starting with what a node cut mid-answer had streamed, marked as cut short
+    (`partial_answer`). `with_deadlines(graph, closing=Closing(partial_answer=False))`.
+
+    Raises:
+        TypeError: a flag that is not a bool.
+    """
+
+    message: bool = True
+    partial_answer: bool = True
+
+    def __post_init__(self) -> None:
+        for flag in ("message", "partial_answer"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"Closing's {flag} must be a bool, got {getattr(self, flag)!r}")
+
+
+CLOSING: Final = Closing()
+"""The default: a closing reply, with the partial answer."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

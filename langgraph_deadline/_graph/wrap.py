@@ -5,11 +5,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Collection, Mapping
-from typing import Any, overload
+from typing import Any, TypedDict, Unpack, overload
 
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.pregel import Pregel
+from langgraph.store.base import BaseStore
+from langgraph.types import Checkpointer
 
 from .._core.rules import StepRule, Timings
 from .._core.validate import (
@@ -30,10 +32,18 @@ from .node import is_budgeted, wrap_node
 from .retries import guard_retries
 from .routes import guard_branches
 from .seams import defaults_to_compile
-from .settings import GraphSettings, NodeSettings
+from .settings import CLOSING, Closing, GraphSettings, NodeSettings
 from .state import DeadlineChannel
 
-__all__ = ["with_deadlines"]
+__all__ = ["CompileArgs", "with_deadlines"]
+
+
+class CompileArgs(TypedDict, total=False):
+    """The options of LangGraph's own `compile()` that `with_deadlines` passes on when it
+    compiles a builder (a compiled graph keeps its own; these replace them)."""
+
+    checkpointer: Checkpointer
+    store: BaseStore | None
 
 
 @overload
@@ -45,14 +55,12 @@ def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a P
     min_viable: Mapping[str, float | StepRule] | None = None,
     reserve: float = 0.0,
     default_cap: float | None = None,
-    checkpointer: Any = None,
-    store: Any = None,
-    closing_message: bool = True,
-    partial_answer: bool = True,
-    queue_time: float | None = None,
+    optional: Collection[str] = (),
     book: Timings | None = None,
     keep_back: bool = True,
-    optional: Collection[str] = (),
+    closing: Closing = CLOSING,
+    queue_time: float | None = None,
+    **compile: Unpack[CompileArgs],
 ) -> DeadlineGraph: ...
 
 
@@ -65,14 +73,12 @@ def with_deadlines(
     min_viable: Mapping[str, float | StepRule] | None = None,
     reserve: float = 0.0,
     default_cap: float | None = None,
-    checkpointer: Any = None,
-    store: Any = None,
-    closing_message: bool = True,
-    partial_answer: bool = True,
-    queue_time: float | None = None,
+    optional: Collection[str] = (),
     book: Timings | None = None,
     keep_back: bool = True,
-    optional: Collection[str] = (),
+    closing: Closing = CLOSING,
+    queue_time: float | None = None,
+    **compile: Unpack[CompileArgs],
 ) -> DeadlineEntrypoint: ...
 
 
@@ -84,14 +90,12 @@ def with_deadlines(
     min_viable: Mapping[str, float | StepRule] | None = None,
     reserve: float = 0.0,
     default_cap: float | None = None,
-    checkpointer: Any = None,
-    store: Any = None,
-    closing_message: bool = True,
-    partial_answer: bool = True,
-    queue_time: float | None = None,
+    optional: Collection[str] = (),
     book: Timings | None = None,
     keep_back: bool = True,
-    optional: Collection[str] = (),
+    closing: Closing = CLOSING,
+    queue_time: float | None = None,
+    **compile: Unpack[CompileArgs],
 ) -> DeadlineGraph | DeadlineEntrypoint:
     """Compile `graph` (a `StateGraph` builder, a compiled graph or an `@entrypoint`, left
     untouched) with every node budgeted and one deadline per run.
@@ -103,7 +107,8 @@ def with_deadlines(
     (in state, or in the checkpoint's metadata for state without the deadline fields); a
     deadline in its update can only bring it forward; a `Command(update=deadline_input(s))`
     grants a new one, within `timeout`. `ainvoke` also cancels the whole run at the deadline. A
-    compiled graph keeps its config (`with_config`), name and stream transformers.
+    compiled graph keeps its config (`with_config`), name and stream transformers; a builder is
+    compiled with LangGraph's own `checkpointer=` and `store=` (`CompileArgs`), given here.
 
     How the caller learns the terminal:
     - state with `DeadlineState` fields: the returned state's `deadline_outcome`
@@ -115,10 +120,10 @@ def with_deadlines(
     How a step that runs out ends (docs/concepts.md, "How a step ends early"): its routers do not
     run, it stays pending in the checkpoint, siblings keep their results, open tool calls are
     answered with model-readable timeouts, and with a `reserve` a messages state gets a short
-    assistant reply saying the answer is incomplete (`closing_message=False` leaves it out); a
-    node cut while its model was streaming the answer starts that reply with what it had said,
-    marked as cut short (`partial_answer=False` leaves it out). Granting time runs the cut step
-    again, those answers and that reply removed first.
+    assistant reply saying the answer is incomplete (`closing=Closing(message=False)` leaves it
+    out); a node cut while its model was streaming the answer starts that reply with what it
+    had said, marked as cut short (`Closing(partial_answer=False)` leaves it out). Granting
+    time runs the cut step again, those answers and that reply removed first.
 
     `caps` and `min_viable` take learned values too (`learned(book, ...)`: a cap from what the
     node really takes, never above yours or `default_cap`; docs/howto/learned-budgets.md).
@@ -166,10 +171,12 @@ def with_deadlines(
         TypeError: `graph` is not a `StateGraph`, a compiled one or an `@entrypoint`; `caps` or
             `min_viable` is not a mapping.
     """
-    if not isinstance(closing_message, bool):
-        raise TypeError(f"closing_message must be a bool, got {closing_message!r}")
-    if not isinstance(partial_answer, bool):
-        raise TypeError(f"partial_answer must be a bool, got {partial_answer!r}")
+    if not isinstance(closing, Closing):
+        raise TypeError(f"closing must be a Closing, got {type(closing).__name__}: {closing!r}")
+    unknown = sorted(set(compile) - set(CompileArgs.__annotations__))
+    if unknown:
+        raise TypeError(f"with_deadlines() got unexpected keyword arguments {unknown}")
+    checkpointer, store = compile.get("checkpointer"), compile.get("store")
     if not isinstance(keep_back, bool):
         raise TypeError(f"keep_back must be a bool, got {keep_back!r}")
     if book is not None and not callable(getattr(book, "seconds_at", None)):
@@ -283,8 +290,8 @@ def with_deadlines(
         timeout=timeout_s,
         reserve=reserve_s,
         has_fields=has_fields,
-        closing_message=closing_message,
-        partial_answer=partial_answer,
+        closing_message=closing.message,
+        partial_answer=closing.partial_answer,
         queue_time=queue_s,
         guarded_retries=guarded,
         book=book if keep_back else None,

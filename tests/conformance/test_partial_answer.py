@@ -10,7 +10,7 @@ import pytest
 from langchain.agents import create_agent
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langgraph_deadline import DeadlineExceeded, DeadlineState, Terminal, with_deadlines
+from langgraph_deadline import Closing, DeadlineExceeded, DeadlineState, Terminal, with_deadlines
 from langgraph_deadline._graph.messages import CUT_SHORT
 from langgraph_deadline.testing import ChatReply, FakeOpenAIServer
 from tests.agents.support import ask
@@ -101,7 +101,9 @@ async def test_create_agents_model_node_cut_mid_answer_keeps_what_it_had_said(
 @pytest.mark.anyio
 async def test_partial_answer_false_leaves_the_cut_text_out(server: FakeOpenAIServer) -> None:
     server.enqueue(TOKENS)
-    graph = with_deadlines(_writer(chat(server)), timeout=1.0, reserve=0.2, partial_answer=False)
+    graph = with_deadlines(
+        _writer(chat(server)), timeout=1.0, reserve=0.2, closing=Closing(partial_answer=False)
+    )
 
     out = await graph.ainvoke(ask())
 

@@ -26,6 +26,7 @@ from langgraph.types import Command, RetryPolicy, Send
 from typing_extensions import TypedDict
 
 from langgraph_deadline import (
+    Closing,
     DeadlineExceeded,
     DeadlineState,
     Terminal,
@@ -443,6 +444,9 @@ async def test_8_with_a_reserve_the_user_gets_a_reply_saying_what_is_missing() -
     assert stored["messages"][-1].text == reply.text  # the next turn's history has it too
 
     quiet = await with_deadlines(
-        _agent_with_tools(), timeout=1.0, reserve=0.2, closing_message=False
+        _agent_with_tools(),
+        timeout=1.0,
+        reserve=0.2,
+        closing=Closing(message=False),
     ).ainvoke({"messages": [HumanMessage("where is order 42?")]})
     assert isinstance(quiet["messages"][-1], ToolMessage)
