@@ -171,16 +171,7 @@ def with_deadlines(
         TypeError: `graph` is not a `StateGraph`, a compiled one or an `@entrypoint`; `caps` or
             `min_viable` is not a mapping.
     """
-    if not isinstance(closing, Closing):
-        raise TypeError(f"closing must be a Closing, got {type(closing).__name__}: {closing!r}")
-    unknown = sorted(set(compile) - set(CompileArgs.__annotations__))
-    if unknown:
-        raise TypeError(f"with_deadlines() got unexpected keyword arguments {unknown}")
-    checkpointer, store = compile.get("checkpointer"), compile.get("store")
-    if not isinstance(keep_back, bool):
-        raise TypeError(f"keep_back must be a bool, got {keep_back!r}")
-    if book is not None and not callable(getattr(book, "seconds_at", None)):
-        raise TypeError(f"book must be a LatencyBook, got {type(book).__name__}")
+    _check_kinds(closing, compile, keep_back, book)
     timeout_s = check_cap(timeout, "timeout")
     reserve_s = check_seconds(reserve, "reserve")
     queue_s = check_cap(queue_time, "queue_time")
@@ -196,12 +187,67 @@ def with_deadlines(
             min_viable=mins,
             reserve=reserve_s,
             default_cap=default_cap_s,
-            checkpointer=checkpointer,
-            store=store,
+            checkpointer=compile.get("checkpointer"),
+            store=compile.get("store"),
             queue_time=queue_s,
             book=book if keep_back else None,
         )
+    builder, compile_kwargs = _compile_options(graph, compile)
+    _check_deadline_field(builder)
+    book = book or found_book(builder=builder)
+    dropped = _check_names(builder, caps, mins, optional)
+    _check_tables(caps, mins, default_cap_s, timeout_s, reserve_s)
+    node_caps = _node_caps(builder, caps, mins, dropped, default_cap_s, book if keep_back else None)
+    wrapped = _budgeted_builder(builder, node_caps, mins, dropped, explicit={*caps, *mins})
+    compiled = wrapped.compile(**compile_kwargs)
+    guarded = guard_retries(compiled, {n: floor_of(v) for n, v in mins.items()})  # compiled
+    settings = GraphSettings(
+        timeout=timeout_s,
+        reserve=reserve_s,
+        has_fields={"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels),
+        closing_message=closing.message,
+        partial_answer=closing.partial_answer,
+        queue_time=queue_s,
+        guarded_retries=guarded,
+        book=book if keep_back else None,
+    )
+    ours = DeadlineGraph.of(compiled, settings)
+    if isinstance(graph, CompiledStateGraph) and graph.config:
+        # What `.with_config(...)` gave the graph (create_agent: recursion_limit, metadata).
+        ours = ours.with_config(graph.config)
+    return ours
 
+
+def _check_kinds(
+    closing: object, compile: Mapping[str, Any], keep_back: object, book: object
+) -> None:
+    """Refuse an option of the wrong kind, naming it.
+
+    Raises:
+        TypeError: `closing` not a `Closing`, a keyword `compile()` does not take, `keep_back`
+            not a bool, `book` not a latency book.
+    """
+    if not isinstance(closing, Closing):
+        raise TypeError(f"closing must be a Closing, got {type(closing).__name__}: {closing!r}")
+    unknown = sorted(set(compile) - set(CompileArgs.__annotations__))
+    if unknown:
+        raise TypeError(f"with_deadlines() got unexpected keyword arguments {unknown}")
+    if not isinstance(keep_back, bool):
+        raise TypeError(f"keep_back must be a bool, got {keep_back!r}")
+    if book is not None and not callable(getattr(book, "seconds_at", None)):
+        raise TypeError(f"book must be a LatencyBook, got {type(book).__name__}")
+
+
+def _compile_options(
+    graph: object, given: CompileArgs
+) -> tuple[StateGraph[Any, Any, Any, Any], dict[str, Any]]:
+    """The builder to wrap and what to compile it with: a compiled graph's own options
+    (checkpointer, store, cache, interrupts, debug, name, stream transformers), with the
+    `checkpointer` and `store` given to `with_deadlines` in their place.
+
+    Raises:
+        TypeError: `graph` is neither a builder nor a compiled graph.
+    """
     compile_kwargs: dict[str, Any] = {}
     if isinstance(graph, CompiledStateGraph):
         builder = graph.builder
@@ -224,13 +270,23 @@ def with_deadlines(
             "with_deadlines() needs a StateGraph, a compiled graph or an @entrypoint, "
             f"got {type(graph).__name__}"
         )
-    if checkpointer is not None:
-        compile_kwargs["checkpointer"] = checkpointer
-    if store is not None:
-        compile_kwargs["store"] = store
+    compile_kwargs.update({k: v for k, v in given.items() if v is not None})
+    return builder, compile_kwargs
 
-    _check_deadline_field(builder)
-    book = book or found_book(builder=builder)
+
+def _check_names(
+    builder: StateGraph[Any, Any, Any, Any],
+    caps: Mapping[str, Any],
+    mins: Mapping[str, Any],
+    optional: Collection[str],
+) -> set[str]:
+    """The `optional` nodes, once `caps`, `min_viable` and `optional` are known to name only
+    the graph's nodes.
+
+    Raises:
+        TypeError: `optional` is not a collection of names.
+        ValueError: a table names a node the graph does not have.
+    """
     if isinstance(optional, str) or not all(isinstance(n, str) for n in optional):
         raise TypeError(f"optional must be a collection of node names, got {optional!r}")
     dropped = set(optional)
@@ -240,26 +296,67 @@ def with_deadlines(
             raise ValueError(
                 f"{label} names unknown nodes {unknown}; nodes are {sorted(builder.nodes)}"
             )
-    for node, value in caps.items():
-        cap = check_limit(value, f"caps[{node!r}]")
-        caps[node] = cap.bounded(default_cap_s) if isinstance(cap, StepRule) else cap
-    for node, value in mins.items():
-        mins[node] = check_viable(value, f"min_viable[{node!r}]")
-    check_caps_fit(caps, mins, default_cap=default_cap_s)
-    check_fits(
-        timeout_s,
-        reserve=reserve_s,
-        needs={f"min_viable[{node!r}]": floor_of(need) for node, need in mins.items()},
-    )
-    node_caps = {name: caps.get(name, default_cap_s) for name in builder.nodes}
-    if book is not None and keep_back:
+    return dropped
+
+
+def _node_caps(
+    builder: StateGraph[Any, Any, Any, Any],
+    caps: Mapping[str, Any],
+    mins: Mapping[str, Any],
+    dropped: set[str],
+    default_cap: float | None,
+    book: Timings | None,
+) -> dict[str, Any]:
+    """Each node's cap: its own or `default_cap`; with a `book`, one that also keeps back the
+    learned time of what can still follow the node on the way to END."""
+    node_caps = {name: caps.get(name, default_cap) for name in builder.nodes}
+    if book is not None:
         floors = {node: floor_of(need) for node, need in mins.items()}
         paths = paths_after(builder)
         for name, cap in node_caps.items():
             node_caps[name] = keeping_back(
                 cap, paths.get(name, ()), book, floors, optional=name in dropped
             )
+    return node_caps
 
+
+def _check_tables(
+    caps: dict[str, Any],
+    mins: dict[str, Any],
+    default_cap: float | None,
+    timeout: float | None,
+    reserve: float,
+) -> None:
+    """Check each node's cap and min_viable in place (a learned cap bounded by `default_cap`),
+    and refuse a table that cannot fit: a min_viable above its cap, or above the timeout less
+    the reserve.
+
+    Raises:
+        ValueError, TypeError: naming the node and the table, as written.
+    """
+    for node, value in caps.items():
+        cap = check_limit(value, f"caps[{node!r}]")
+        caps[node] = cap.bounded(default_cap) if isinstance(cap, StepRule) else cap
+    for node, value in mins.items():
+        mins[node] = check_viable(value, f"min_viable[{node!r}]")
+    check_caps_fit(caps, mins, default_cap=default_cap)
+    check_fits(
+        timeout,
+        reserve=reserve,
+        needs={f"min_viable[{node!r}]": floor_of(need) for node, need in mins.items()},
+    )
+
+
+def _budgeted_builder(
+    builder: StateGraph[Any, Any, Any, Any],
+    node_caps: Mapping[str, Any],
+    mins: Mapping[str, Any],
+    dropped: set[str],
+    *,
+    explicit: set[str],
+) -> StateGraph[Any, Any, Any, Any]:
+    """A copy of `builder` with every node budgeted (error handlers left as they are) and its
+    routers guarded; `builder` itself is not changed."""
     wrapped = copy.copy(builder)
     wrapped.nodes = {
         name: spec
@@ -275,32 +372,14 @@ def with_deadlines(
                     retry=spec.retry_policy,
                     optional=name in dropped,
                 ),
-                explicit=name in caps or name in mins or name in dropped,
+                explicit=name in explicit or name in dropped,
             ),
         )
         for name, spec in builder.nodes.items()
     }
     wrapped.branches = guard_branches(builder.branches)  # type: ignore[assignment]
     wrapped._node_defaults = defaults_to_compile(builder)
-    compiled = wrapped.compile(**compile_kwargs)
-    floors = {node: floor_of(need) for node, need in mins.items()}
-    guarded = guard_retries(compiled, floors)  # the builder's default policies are applied by now
-    has_fields = {"deadline", "deadline_outcome", "deadline_trace"} <= set(wrapped.channels)
-    settings = GraphSettings(
-        timeout=timeout_s,
-        reserve=reserve_s,
-        has_fields=has_fields,
-        closing_message=closing.message,
-        partial_answer=closing.partial_answer,
-        queue_time=queue_s,
-        guarded_retries=guarded,
-        book=book if keep_back else None,
-    )
-    ours = DeadlineGraph.of(compiled, settings)
-    if isinstance(graph, CompiledStateGraph) and graph.config:
-        # What `.with_config(...)` gave the graph (create_agent: recursion_limit, metadata).
-        ours = ours.with_config(graph.config)
-    return ours
+    return wrapped
 
 
 def _check_deadline_field(builder: StateGraph[Any, Any, Any, Any]) -> None:
