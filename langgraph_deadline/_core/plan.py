@@ -360,10 +360,7 @@ class Step:
         watched (`Plan.idle` inf) so that its gaps are learned.
         """
         name, kind, cap, min_viable = self.name, self.kind, self.cap, self.min_viable
-        reserve, idle_cap = self.reserve, self.idle_cap
         rule = viable = None
-        held = within = for_tools = passed = 0.0
-        inside = tools_end = None
         if isinstance(cap, StepRule):
             rule = cap
             cap = rule.cap(kind, name)
@@ -385,67 +382,18 @@ class Step:
             started = now
         started_at = time.time() - (now - started)
         if d is None:
-            left = None
+            left = inside = tools_end = None
+            held = within = for_tools = 0.0
             budget = step_budget(cap, None)
             ends = None if cap is None else Deadline._after(cap, SYSTEM_CLOCK)
         else:
-            clock = d.clock
-            if clock is not SYSTEM_CLOCK:
-                now = clock.monotonic()
-            left = max(0.0, d._mono - now)
-            shared = False  # the run's own deadline sets this budget (see `run_step_end`)
-            if reserve is not None:
-                budget = left - reserve
-            else:
-                budget = None
-                if own is not None:
-                    budget = own._mono - now - (run.reserve if run else 0.0)
-                shared = run is not None and own is run.deadline
-                if ctx is not None:
-                    from_ctx = ctx._mono - now
-                    if budget is None or from_ctx < budget:
-                        budget, shared = from_ctx, False
-                        if kept is not None:  # its node's tool calls keep time back: it set this
-                            held = passed = kept._mono - ctx._mono
-            assert budget is not None
-            if rule is not None and (own_held := rule.keep_back(kind, name, budget)) > 0.0:
-                budget, shared, held = budget - own_held, False, held + own_held
-            elif rule is not None:  # what the step does not keep back, the steps inside it do
-                within, for_tools = rule.keep_back_inside(kind, name, budget)
-            if cap is not None and cap <= budget:  # its cap sets it: nothing is kept back for later
-                shared, held, within, for_tools = False, 0.0, 0.0, 0.0
-            budget = step_budget(cap, budget)
-            if shared and budget > 0.0:
-                assert run is not None
-                ends = run_step_end(run)
-            else:
-                ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
-            if held > passed and budget > HANDOFF_BETWEEN:  # (what it keeps back itself)
-                inside = ends._moved(-HANDOFF_BETWEEN)
-            elif within > 0.0:
-                inside = ends._moved(-(within + HANDOFF_BETWEEN))
-            if for_tools > within:
-                tools_end = ends._moved(-(for_tools + HANDOFF_BETWEEN))
+            left, budget, ends, held, within, for_tools, inside, tools_end = self._against(
+                d, own, ctx, kept, run, cap, rule, now
+            )
         note = None
-        if viable is not None and budget is not None and 0.0 < budget < min_viable:
-            note = viable.refusal(kind, name, budget)
-        elif rule is not None and (held > 0.0 or within > 0.0 or for_tools > 0.0):
-            if held > 0.0:
-                note = rule.held_for(held)
-            elif within > 0.0:
-                note = rule.held_for(within) + ", by its steps"
-                if for_tools > within:
-                    note += f"; {for_tools:.2f} s by its tool calls"
-            else:
-                note = rule.held_for(for_tools) + ", by its tool calls"
-        idle = None
-        if isinstance(idle_cap, StepRule):
-            idle = idle_cap.idle_cap(kind, name)
-            idle = math.inf if idle is None else idle
-        elif idle_cap is not None:
-            idle = idle_cap
-        if idle is not None and cap is not None and idle > cap:
-            idle = cap
+        if viable is not None or rule is not None:
+            note = _note(viable, rule, budget, min_viable, held, within, for_tools, kind, name)
+        idle = None if self.idle_cap is None else _idle(self.idle_cap, cap, kind, name)
         return tuple.__new__(  # `Plan`'s fields in their order (keywords cost more than the rest)
             Plan,
             (
@@ -470,6 +418,101 @@ class Step:
                 tools_end,
             ),
         )
+
+    def _against(
+        self,
+        d: Deadline,
+        own: Deadline | None,
+        ctx: Deadline | None,
+        kept: Deadline | None,
+        run: RunTracker | None,
+        cap: float | None,
+        rule: StepRule | None,
+        now: float,
+    ) -> tuple[float, float, Deadline, float, float, float, Deadline | None, Deadline | None]:
+        """The step's budget against the deadline `d` (the earliest of the run's own, `own`,
+        and the one in context, `ctx`): (time left, budget, when the budget ends, time kept
+        back by the step, by the steps inside it, by its tool calls, when its steps and its
+        tool calls must end). The run's reserve is held back from `own` only."""
+        name, kind, reserve = self.name, self.kind, self.reserve
+        held = within = for_tools = passed = 0.0
+        inside = tools_end = None
+        clock = d.clock
+        if clock is not SYSTEM_CLOCK:
+            now = clock.monotonic()
+        left = max(0.0, d._mono - now)
+        shared = False  # the run's own deadline sets this budget (see `run_step_end`)
+        if reserve is not None:
+            budget = left - reserve
+        else:
+            budget = None
+            if own is not None:
+                budget = own._mono - now - (run.reserve if run else 0.0)
+            shared = run is not None and own is run.deadline
+            if ctx is not None:
+                from_ctx = ctx._mono - now
+                if budget is None or from_ctx < budget:
+                    budget, shared = from_ctx, False
+                    if kept is not None:  # its node's tool calls keep time back: it set this
+                        held = passed = kept._mono - ctx._mono
+        assert budget is not None
+        if rule is not None and (own_held := rule.keep_back(kind, name, budget)) > 0.0:
+            budget, shared, held = budget - own_held, False, held + own_held
+        elif rule is not None:  # what the step does not keep back, the steps inside it do
+            within, for_tools = rule.keep_back_inside(kind, name, budget)
+        if cap is not None and cap <= budget:  # its cap sets it: nothing is kept back for later
+            shared, held, within, for_tools = False, 0.0, 0.0, 0.0
+        budget = step_budget(cap, budget)
+        if shared and budget > 0.0:
+            assert run is not None
+            ends = run_step_end(run)
+        else:
+            ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
+        if held > passed and budget > HANDOFF_BETWEEN:  # (what it keeps back itself)
+            inside = ends._moved(-HANDOFF_BETWEEN)
+        elif within > 0.0:
+            inside = ends._moved(-(within + HANDOFF_BETWEEN))
+        if for_tools > within:
+            tools_end = ends._moved(-(for_tools + HANDOFF_BETWEEN))
+        return left, budget, ends, held, within, for_tools, inside, tools_end
+
+
+def _note(
+    viable: StepRule | None,
+    rule: StepRule | None,
+    budget: float | None,
+    min_viable: float,
+    held: float,
+    within: float,
+    for_tools: float,
+    kind: str,
+    name: str,
+) -> str | None:
+    """What a learned rule says of this plan: why a learned min_viable refuses it, or what
+    time it keeps back (by the step, by its steps, by its tool calls)."""
+    if viable is not None and budget is not None and 0.0 < budget < min_viable:
+        return viable.refusal(kind, name, budget)
+    if rule is None or not (held > 0.0 or within > 0.0 or for_tools > 0.0):
+        return None
+    if held > 0.0:
+        return rule.held_for(held)
+    if within > 0.0:
+        note = rule.held_for(within) + ", by its steps"
+        if for_tools > within:
+            note += f"; {for_tools:.2f} s by its tool calls"
+        return note
+    return rule.held_for(for_tools) + ", by its tool calls"
+
+
+def _idle(idle_cap: float | StepRule, cap: float | None, kind: str, name: str) -> float:
+    """The step's stall limit: its `idle_cap`, or the learned one (inf while cold: the step is
+    only watched), never above its cap."""
+    if isinstance(idle_cap, StepRule):
+        learned = idle_cap.idle_cap(kind, name)
+        idle = math.inf if learned is None else learned
+    else:
+        idle = idle_cap
+    return cap if cap is not None and idle > cap else idle
 
 
 # -- the run's one timer --------------------------------------------------------------------------
