@@ -195,19 +195,10 @@ async def _one(
     tool_cap: float | Learned = TOOL_CAP,
     book: LatencyBook | None = None,
 ) -> Row:
-    from langchain_openai import ChatOpenAI
-
     from ..testing import SlowServer
 
     with SlowServer() as service, _model_server(opts) as fake:
-        model = ChatOpenAI(
-            base_url=opts.base_url or fake.base_url,
-            api_key=opts.api_key,  # type: ignore[arg-type]
-            model=opts.model,
-            streaming=True,
-            timeout=NAIVE_MODEL_TIMEOUT if naive else None,
-            max_retries=2 if naive else 0,
-        )
+        model = _chat_model(opts, fake, naive=naive)
         # With a book attached, the writer's budgeted model gets the max_tokens that fits.
         writer = None if book is None else budgeted_model(model)
         builder = _graph(model, _tools(service, naive=naive, hedged=hedged), writer)
@@ -219,26 +210,8 @@ async def _one(
             set_observers([traced])
         t0, started_at = time.monotonic(), time.time()
         deadline = t0 + opts.budget
-        last: dict[str, Any] = {}
-        lookups_done = None
-        reported: set[str] = set()
-        nodes: list[Span] = []  # each node's start and end, as the stream told them
         try:
-            question = {"messages": [HumanMessage("Where is my order 42, and when will it ship?")]}
-            async for mode, chunk in graph.astream(question, stream_mode=["updates", "values"]):
-                if mode == "updates":
-                    for node in chunk:
-                        at = time.monotonic() - t0
-                        if node in reported or node == "deadline":  # the closing update
-                            end = "completed" if node == "deadline" else f"ended in {node}"
-                            opts.progress(f"  {label:<20} {at:5.2f} s  run {end}")
-                            continue
-                        reported.add(node)
-                        lookups_done = at if node == "tools" else lookups_done
-                        nodes.append(span_of(node, chunk, nodes[-1].end if nodes else 0.0, at))
-                        opts.progress(f"  {label:<20} {at:5.2f} s  {node} {nodes[-1].said}")
-                elif isinstance(chunk, dict):
-                    last = chunk
+            last, lookups_done, nodes = await _watch(graph, label, opts, t0)
         finally:
             if trace is not None:
                 set_observers(None)
@@ -271,6 +244,48 @@ async def _one(
             started_at=started_at,
             nodes=tuple(nodes),
         )
+
+
+def _chat_model(opts: DemoOptions, fake: Any, *, naive: bool) -> Any:
+    """The demo's `ChatOpenAI`: the naive run's with the fixed timeout and retries users
+    write, ours with neither (the deadline bounds its calls)."""
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(
+        base_url=opts.base_url or fake.base_url,
+        api_key=opts.api_key,  # type: ignore[arg-type]
+        model=opts.model,
+        streaming=True,
+        timeout=NAIVE_MODEL_TIMEOUT if naive else None,
+        max_retries=2 if naive else 0,
+    )
+
+
+async def _watch(
+    graph: Any, label: str, opts: DemoOptions, t0: float
+) -> tuple[dict[str, Any], float | None, list[Span]]:
+    """Ask the question and follow the run's stream, saying each node as it ends: the last
+    state, when the lookups were done (None: never), and each node's start and end."""
+    last: dict[str, Any] = {}
+    lookups_done = None
+    reported: set[str] = set()
+    nodes: list[Span] = []  # each node's start and end, as the stream told them
+    question = {"messages": [HumanMessage("Where is my order 42, and when will it ship?")]}
+    async for mode, chunk in graph.astream(question, stream_mode=["updates", "values"]):
+        if mode == "updates":
+            for node in chunk:
+                at = time.monotonic() - t0
+                if node in reported or node == "deadline":  # the closing update
+                    end = "completed" if node == "deadline" else f"ended in {node}"
+                    opts.progress(f"  {label:<20} {at:5.2f} s  run {end}")
+                    continue
+                reported.add(node)
+                lookups_done = at if node == "tools" else lookups_done
+                nodes.append(span_of(node, chunk, nodes[-1].end if nodes else 0.0, at))
+                opts.progress(f"  {label:<20} {at:5.2f} s  {node} {nodes[-1].said}")
+        elif isinstance(chunk, dict):
+            last = chunk
+    return last, lookups_done, nodes
 
 
 def _warm_up_tools(service: Any) -> list[BaseTool]:

@@ -361,21 +361,9 @@ class Step:
         """
         name, kind, cap, min_viable = self.name, self.kind, self.cap, self.min_viable
         rule = viable = None
-        if isinstance(cap, StepRule):
-            rule = cap
-            cap = rule.cap(kind, name)
-        if isinstance(min_viable, StepRule):
-            viable = min_viable
-            min_viable = viable.min_viable(kind, name)
-            if cap is not None and min_viable > cap:
-                min_viable = cap
-        ctx = current_deadline()
-        kept = None  # a tool call's deadline in context kept back for what follows its node
-        tools = tools_deadline() if kind == "tool" else None
-        if tools is not None and (ctx is None or tools._mono < ctx._mono):
-            kept, ctx = ctx, tools
-        run_deadline = run.deadline if run is not None else None
-        own = run_deadline if deadline is None else deadline.earliest(run_deadline)
+        if isinstance(cap, StepRule) or isinstance(min_viable, StepRule):
+            cap, min_viable, rule, viable = _asked(cap, min_viable, kind, name)
+        own, ctx, kept = _deadlines(kind, run, deadline)
         d = ctx if own is None else own.earliest(ctx)
         now = time.monotonic()
         if started is None:
@@ -475,6 +463,40 @@ class Step:
         if for_tools > within:
             tools_end = ends._moved(-(for_tools + HANDOFF_BETWEEN))
         return left, budget, ends, held, within, for_tools, inside, tools_end
+
+
+def _asked(
+    cap: float | StepRule | None, min_viable: float | StepRule, kind: str, name: str
+) -> tuple[float | None, float, StepRule | None, StepRule | None]:
+    """A learned cap and min_viable asked for their numbers (the min_viable never above the
+    cap: a step given its whole cap always starts), with the rules that gave them."""
+    rule = viable = None
+    if isinstance(cap, StepRule):
+        rule = cap
+        cap = rule.cap(kind, name)
+    if isinstance(min_viable, StepRule):
+        viable = min_viable
+        min_viable = viable.min_viable(kind, name)
+        if cap is not None and min_viable > cap:
+            min_viable = cap
+    return cap, min_viable, rule, viable
+
+
+def _deadlines(
+    kind: str, run: RunTracker | None, deadline: Deadline | None
+) -> tuple[Deadline | None, Deadline | None, Deadline | None]:
+    """The deadlines a step is planned against: the run's own (the one given, from state, and
+    the tracker's, earliest first), the one in context (for a tool call, its node's tool-call
+    deadline when that is earlier), and the context's own when that one took its place (the
+    time its node keeps back for what follows it)."""
+    ctx = current_deadline()
+    kept = None
+    tools = tools_deadline() if kind == "tool" else None
+    if tools is not None and (ctx is None or tools._mono < ctx._mono):
+        kept, ctx = ctx, tools
+    run_deadline = run.deadline if run is not None else None
+    own = run_deadline if deadline is None else deadline.earliest(run_deadline)
+    return own, ctx, kept
 
 
 def _note(

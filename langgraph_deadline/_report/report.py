@@ -17,35 +17,7 @@ __all__ = ["format_report"]
 
 def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float = 1.2) -> str:
     """The report as plain text: a summary of the runs, then one row per step."""
-    runs = [r for r in trace.runs if r.terminal is not None]
-    n_steps = sum(len(r.steps) for r in trace.runs) + len(trace.loose)
-    counts: dict[str, int] = {}
-    for run in runs:
-        counts[str(run.terminal)] = counts.get(str(run.terminal), 0) + 1
-    by_terminal = ", ".join(
-        f"{n} {t}" for t, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    )
-    lines = [f"{len(runs)} runs ({by_terminal or 'none ended'}), {n_steps} step records"]
-    budgets = [b for r in runs if (b := r.budget_ms) is not None]
-    walls = [r.elapsed_ms for r in runs if r.elapsed_ms is not None]
-    if budgets:
-        lines.append(f"run budget: p50 {_ms(percentile(budgets, 50))} ms")
-    if walls:
-        lines.append(
-            "run wall time: "
-            + ", ".join(f"p{q} {_ms(percentile(walls, q))} ms" for q in (50, 95, 99))
-        )
-    ended: dict[str, int] = {}
-    for run in runs:
-        if run.terminal is Terminal.DEADLINE_EXCEEDED:
-            ended[run.ended_at or "?"] = ended.get(run.ended_at or "?", 0) + 1
-    if ended:
-        where = ", ".join(
-            f"{s} ({n})" for s, n in sorted(ended.items(), key=lambda kv: (-kv[1], kv[0]))
-        )
-        lines.append(f"deadline_exceeded runs ended at: {where}")
-    if trace.bad_lines:
-        lines.append(f"skipped {trace.bad_lines} lines that are not step or run events")
+    lines = _summary(trace)
     headers = (
         "step",
         "kind",
@@ -95,6 +67,41 @@ def format_report(trace: Trace, stats: Sequence[StepStats], *, headroom: float =
         "there each time, as an optional branch is, gives no higher bound)."
     )
     return "\n".join(lines)
+
+
+def _summary(trace: Trace) -> list[str]:
+    """The runs in a few lines: how they ended, their budgets and wall times, where the ones
+    that ran out ended, and what of the trace was not read."""
+    runs = [r for r in trace.runs if r.terminal is not None]
+    n_steps = sum(len(r.steps) for r in trace.runs) + len(trace.loose)
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[str(run.terminal)] = counts.get(str(run.terminal), 0) + 1
+    by_terminal = ", ".join(
+        f"{n} {t}" for t, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    lines = [f"{len(runs)} runs ({by_terminal or 'none ended'}), {n_steps} step records"]
+    budgets = [b for r in runs if (b := r.budget_ms) is not None]
+    walls = [r.elapsed_ms for r in runs if r.elapsed_ms is not None]
+    if budgets:
+        lines.append(f"run budget: p50 {_ms(percentile(budgets, 50))} ms")
+    if walls:
+        lines.append(
+            "run wall time: "
+            + ", ".join(f"p{q} {_ms(percentile(walls, q))} ms" for q in (50, 95, 99))
+        )
+    ended: dict[str, int] = {}
+    for run in runs:
+        if run.terminal is Terminal.DEADLINE_EXCEEDED:
+            ended[run.ended_at or "?"] = ended.get(run.ended_at or "?", 0) + 1
+    if ended:
+        where = ", ".join(
+            f"{s} ({n})" for s, n in sorted(ended.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        lines.append(f"deadline_exceeded runs ended at: {where}")
+    if trace.bad_lines:
+        lines.append(f"skipped {trace.bad_lines} lines that are not step or run events")
+    return lines
 
 
 def _hedging(stats: Sequence[StepStats]) -> list[str]:
