@@ -31,8 +31,17 @@ import contextlib
 import copy
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, Final, Self, cast
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, Final, NamedTuple, Self, TypeAlias, TypeVar, cast
 
 import anyio
 from langchain_core.messages import RemoveMessage
@@ -97,41 +106,7 @@ from .terminal import (
     reraise_with_state,
 )
 
-__all__ = [
-    "KEPT_CHANNEL",
-    "KEPT_TASK",
-    "akeep_deadline",
-    "aresume",
-    "late",
-    "resume",
-    "keep_deadline",
-    "kept_deadline",
-    "saved",
-    "saver",
-    "thread_deadline",
-    "CANCEL_WRITE_S",
-    "afinal_state",
-    "agranted",
-    "aresumed",
-    "akeep_end",
-    "akeep_left",
-    "akeep_records",
-    "assemble",
-    "final_state",
-    "granted",
-    "keep_end",
-    "keep_left",
-    "keep_records",
-    "ran_out_at_the_end",
-    "resumed",
-    "alate_chunks",
-    "alate_result",
-    "late_chunks",
-    "late_result",
-    "too_late",
-    "DeadlineGraph",
-    "DeadlineRuns",
-]
+__all__ = ["DeadlineGraph", "DeadlineRuns"]
 
 
 # -- a resume: the deadline its thread kept ----------
@@ -141,6 +116,55 @@ log = logging.getLogger("langgraph_deadline")
 KEPT_TASK: Final = "langgraph-deadline"
 KEPT_CHANNEL: Final = "__langgraph_deadline__"
 """The task id and channel of the write that keeps a paused run's deadline (epoch seconds)."""
+
+
+T = TypeVar("T")
+
+
+class Io(NamedTuple):
+    """One read or write of a run's thread, in both colours: `call(*args)` in sync code,
+    `await acall(*args)` in async code. The run's bookkeeping is written once, as a generator
+    of these (`Steps`), and `drive` or `adrive` performs it: one body for both colours."""
+
+    call: Callable[..., Any]
+    acall: Callable[..., Awaitable[Any]]
+    args: tuple[Any, ...]
+
+
+Steps: TypeAlias = Generator[Io, Any, T]
+
+
+def drive(steps: Steps[T]) -> T:
+    """Perform `steps` in sync code: each `Io` is called, its result (or its error) sent back.
+    Anything else raised (a cancellation) closes `steps` on its way out."""
+    value: Any = None
+    error: Exception | None = None
+    with contextlib.closing(steps):
+        while True:
+            try:
+                io = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as done:
+                return cast(T, done.value)
+            try:
+                value, error = io.call(*io.args), None
+            except Exception as exc:
+                value, error = None, exc
+
+
+async def adrive(steps: Steps[T]) -> T:
+    """`drive`, awaiting each `Io`'s async call."""
+    value: Any = None
+    error: Exception | None = None
+    with contextlib.closing(steps):
+        while True:
+            try:
+                io = steps.send(value) if error is None else steps.throw(error)
+            except StopIteration as done:
+                return cast(T, done.value)
+            try:
+                value, error = await io.acall(*io.args), None
+            except Exception as exc:
+                value, error = None, exc
 
 
 def kept_deadline(snapshot: Any, writes: Any = ()) -> Deadline | None:
@@ -181,29 +205,17 @@ def saver(graph: DeadlineRuns) -> BaseCheckpointSaver[Any] | None:
     return cp if isinstance(cp, BaseCheckpointSaver) else None
 
 
-def keep_deadline(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> None:
+def keep_deadline(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Steps[None]:
     """Write a paused run's deadline beside its latest checkpoint (see `KEPT_TASK`)."""
     thread = _keeps(graph, run, cfg)
     cp = saver(graph)
     if thread is None or cp is None or run.deadline is None:
         return
     with _logged():
-        saved = cp.get_tuple(thread)
-        if saved is not None:
-            cp.put_writes(saved.config, [(KEPT_CHANNEL, run.deadline.timestamp)], KEPT_TASK)
-
-
-async def akeep_deadline(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> None:
-    """`keep_deadline`, asynchronously."""
-    thread = _keeps(graph, run, cfg)
-    cp = saver(graph)
-    if thread is None or cp is None or run.deadline is None:
-        return
-    with _logged():
-        saved = await cp.aget_tuple(thread)
+        saved = yield Io(cp.get_tuple, cp.aget_tuple, (thread,))
         if saved is not None:
             write = [(KEPT_CHANNEL, run.deadline.timestamp)]
-            await cp.aput_writes(saved.config, write, KEPT_TASK)
+            yield Io(cp.put_writes, cp.aput_writes, (saved.config, write, KEPT_TASK))
 
 
 def saved(graph: DeadlineRuns, cfg: RunnableConfig) -> bool:
@@ -220,26 +232,15 @@ def _logged() -> Iterator[None]:
         log.warning("could not keep the run's deadline beside its checkpoint", exc_info=True)
 
 
-def resume(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
+def resume(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Steps[Any]:
     """Give a resumed `run` its thread's deadline, read from its checkpoint (if it has one).
     Returns what the caller gets when that deadline has passed (see `late`), else None."""
     if not saved(graph, cfg):
         return _resumed(graph, run, None, ())
-    snapshot = graph.get_state(cfg)
+    snapshot = yield Io(graph.get_state, graph.aget_state, (cfg,))
     if graph.deadline_settings.has_fields or (cp := saver(graph)) is None:
         return _resumed(graph, run, snapshot, ())
-    kept = cp.get_tuple(snapshot.config)
-    return _resumed(graph, run, snapshot, kept.pending_writes if kept else ())
-
-
-async def aresume(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
-    """`resume`, asynchronously."""
-    if not saved(graph, cfg):
-        return _resumed(graph, run, None, ())
-    snapshot = await graph.aget_state(cfg)
-    if graph.deadline_settings.has_fields or (cp := saver(graph)) is None:
-        return _resumed(graph, run, snapshot, ())
-    kept = await cp.aget_tuple(snapshot.config)
+    kept = yield Io(cp.get_tuple, cp.aget_tuple, (snapshot.config,))
     return _resumed(graph, run, snapshot, kept.pending_writes if kept else ())
 
 
@@ -325,7 +326,7 @@ def _persist_control() -> RunControl:
 
 def _read(
     graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig
-) -> tuple[Any, tuple[Interrupt, ...]]:
+) -> Steps[tuple[Any, tuple[Interrupt, ...]]]:
     """The run's latest state, and the interrupts its checkpoint holds pending (a branch that
     paused in the superstep the deadline cut: LangGraph's own run would return them)."""
     if not graph.deadline_settings.has_state:
@@ -333,46 +334,29 @@ def _read(
     if not saved(graph, cfg):
         return run.latest, ()
     try:
-        snapshot = graph.get_state(_clean(cfg))
+        snapshot = yield Io(graph.get_state, graph.aget_state, (_clean(cfg),))
     except Exception:
         return run.latest, ()
     return snapshot.values, snapshot.interrupts
 
 
-async def _aread(
-    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig
-) -> tuple[Any, tuple[Interrupt, ...]]:
-    """`_read`, asynchronously."""
-    if not graph.deadline_settings.has_state:
-        return None, ()
-    if not saved(graph, cfg):
-        return run.latest, ()
-    try:
-        snapshot = await graph.aget_state(_clean(cfg))
-    except Exception:
-        return run.latest, ()
-    return snapshot.values, snapshot.interrupts
-
-
-def _write(graph: DeadlineRuns, cfg: RunnableConfig, update: dict[str, Any]) -> None:
+def _write(graph: DeadlineRuns, cfg: RunnableConfig, update: dict[str, Any]) -> Steps[None]:
+    """Write `update` to the run's checkpoint, by a run of LangGraph's own stream (not ours:
+    it must not be taken for a user's resume) that drains before any task."""
     if not (update and saved(graph, cfg)):
         return
     with _writing():
-        # LangGraph's own stream, not ours: this run must not be taken for a user's resume.
-        for _ in CompiledStateGraph.stream(
-            graph, Command(update=update), _clean(cfg), control=_persist_control()
-        ):
-            pass
+        yield Io(_update_run, _aupdate_run, (graph, Command(update=update), _clean(cfg)))
 
 
-async def _awrite(graph: DeadlineRuns, cfg: RunnableConfig, update: dict[str, Any]) -> None:
-    if not (update and saved(graph, cfg)):
-        return
-    with _writing():
-        async for _ in CompiledStateGraph.astream(
-            graph, Command(update=update), _clean(cfg), control=_persist_control()
-        ):
-            pass
+def _update_run(graph: DeadlineRuns, update: Command[Any], cfg: RunnableConfig) -> None:
+    for _ in CompiledStateGraph.stream(graph, update, cfg, control=_persist_control()):
+        pass
+
+
+async def _aupdate_run(graph: DeadlineRuns, update: Command[Any], cfg: RunnableConfig) -> None:
+    async for _ in CompiledStateGraph.astream(graph, update, cfg, control=_persist_control()):
+        pass
 
 
 @contextlib.contextmanager
@@ -387,46 +371,31 @@ def _writing() -> Iterator[None]:
         log.warning("could not write the deadline outcome to the checkpoint", exc_info=True)
 
 
-def final_state(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, why: str | None) -> Any:
+def final_state(
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, why: str | None
+) -> Steps[Any]:
     """The state a run that ended early returns (see `assemble`). With a checkpointer the latest
     state is read from it (it holds the results of the steps that finished in the cut
     superstep), and the outcome, the records and the reply are written to it."""
-    latest, pending = _read(graph, run, cfg)
+    latest, pending = yield from _read(graph, run, cfg)
     state, update = assemble(graph, run, latest, why)
     run.final_news = bool(update)
-    _write(graph, cfg, update)
-    keep_deadline(graph, run, cfg)
+    yield from _write(graph, cfg, update)
+    yield from keep_deadline(graph, run, cfg)
     return _returned(graph, run, state, pending)
 
 
-async def afinal_state(
-    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, why: str | None
-) -> Any:
-    """`final_state`, reading and writing the checkpoint asynchronously."""
-    latest, pending = await _aread(graph, run, cfg)
-    state, update = assemble(graph, run, latest, why)
-    run.final_news = bool(update)
-    await _awrite(graph, cfg, update)
-    await akeep_deadline(graph, run, cfg)
-    return _returned(graph, run, state, pending)
-
-
-def keep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> None:
+def keep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Steps[None]:
     """A run that failed (an error that is not the deadline's): its step records are written to
     the checkpoint, its pending steps left as they are for a resume after a fix."""
     if graph.deadline_settings.has_fields and saved(graph, cfg) and run.records:
-        _write(graph, cfg, _records_update(run, _read(graph, run, cfg)[0]))
-
-
-async def akeep_records(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> None:
-    """`keep_records`, asynchronously."""
-    if graph.deadline_settings.has_fields and saved(graph, cfg) and run.records:
-        await _awrite(graph, cfg, _records_update(run, (await _aread(graph, run, cfg))[0]))
+        latest, _ = yield from _read(graph, run, cfg)
+        yield from _write(graph, cfg, _records_update(run, latest))
 
 
 def keep_end(
     graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome | None, values: Any
-) -> None:
+) -> Steps[None]:
     """A run that finished (`outcome` completed) or paused on an interrupt (None): with the
     deadline fields, its checkpoint gets the records its nodes left out of their updates (see
     `RunTracker.trace_at_end`) and a completed run its outcome, which LangGraph's own end
@@ -434,15 +403,7 @@ def keep_end(
     time. (Not from the state's channel: LangGraph tells channels a run ends also when `Send`
     tasks are still to come.) `values`: the run's last state, as LangGraph gave it."""
     if run.final is None and graph.deadline_settings.has_fields and saved(graph, cfg):
-        _write(graph, cfg, _end_update(run, outcome, values))
-
-
-async def akeep_end(
-    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome | None, values: Any
-) -> None:
-    """`keep_end`, asynchronously."""
-    if run.final is None and graph.deadline_settings.has_fields and saved(graph, cfg):
-        await _awrite(graph, cfg, _end_update(run, outcome, values))
+        yield from _write(graph, cfg, _end_update(run, outcome, values))
 
 
 def _end_update(run: RunTracker, outcome: Outcome | None, values: Any) -> dict[str, Any]:
@@ -468,42 +429,25 @@ def _left(run: RunTracker, snapshot: Any, outcome: Outcome) -> tuple[Outcome, di
 
 
 def keep_left(
-    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome
-) -> Outcome:
-    """A sync stream its caller closed before its end: see `akeep_left`."""
-    if not (graph.deadline_settings.has_fields and saved(graph, cfg)):
-        return outcome
-    try:
-        snapshot = graph.get_state(_clean(cfg))
-    except Exception:
-        log.warning("could not read the thread of a cancelled run", exc_info=True)
-        return outcome
-    outcome, update = _left(run, snapshot, outcome)
-    _write(graph, cfg, update)
-    return outcome
-
-
-async def akeep_left(
-    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, outcome: Outcome
-) -> Outcome:
+    graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig, left: list[Outcome]
+) -> Steps[None]:
     """A run its caller left (a stop, LangGraph Server's `runs.cancel`, a client gone, a stream
     closed): with the deadline fields, how it ended is written to its checkpoint, so that a
-    thread read later tells it from a run completed or out of time. Returns that outcome:
-    `outcome` (cancelled), with the records of the steps it cut; or `completed` when the thread
-    shows the run had done all its work (the caller left after its last chunk, before the
-    stream's end). A thread that ended already is left as it is. Shielded from the
-    cancellation for at most `CANCEL_WRITE_S`."""
+    thread read later tells it from a run completed or out of time. `left` holds the outcome
+    (cancelled), replaced as soon as it is known by the one to return: the same, with the
+    records of the steps it cut; or `completed` when the thread shows the run had done all its
+    work (the caller left after its last chunk, before the stream's end). A thread that ended
+    already is left as it is. (An async caller shields it from the cancellation for at most
+    `CANCEL_WRITE_S`: a write cut then still returns the outcome known.)"""
     if not (graph.deadline_settings.has_fields and saved(graph, cfg)):
-        return outcome
-    with anyio.move_on_after(CANCEL_WRITE_S, shield=True):
-        try:
-            snapshot = await graph.aget_state(_clean(cfg))
-        except Exception:
-            log.warning("could not read the thread of a cancelled run", exc_info=True)
-            return outcome
-        outcome, update = _left(run, snapshot, outcome)
-        await _awrite(graph, cfg, update)
-    return outcome
+        return
+    try:
+        snapshot = yield Io(graph.get_state, graph.aget_state, (_clean(cfg),))
+    except Exception:
+        log.warning("could not read the thread of a cancelled run", exc_info=True)
+        return
+    left[0], update = _left(run, snapshot, left[0])
+    yield from _write(graph, cfg, update)
 
 
 def _records_update(run: RunTracker, latest: Any) -> dict[str, Any]:
@@ -579,32 +523,18 @@ def assemble(
     return state, update
 
 
-def resumed(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
-    """`resume.resume`; a resume after the thread's deadline also leaves the thread valid for
-    its next turn (see `_answered_late`). What the caller gets, or None to go on."""
+def resumed(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Steps[Any]:
+    """`resume`; a resume after the thread's deadline also leaves the thread valid for its
+    next turn (see `_answered_late`). What the caller gets, or None to go on."""
     try:
-        ended = resume(graph, run, cfg)
+        ended = yield from resume(graph, run, cfg)
     except DeadlineExceeded as exc:  # a graph without deadline fields: refused
         exc.state, update = _answered_late(graph, exc.state, exc.outcome)
-        _write(graph, cfg, update)
+        yield from _write(graph, cfg, update)
         raise
     if ended is not None:
         ended, update = _answered_late(graph, ended, ended["deadline_outcome"])
-        _write(graph, cfg, update)
-    return ended
-
-
-async def aresumed(graph: DeadlineRuns, run: RunTracker, cfg: RunnableConfig) -> Any:
-    """`resumed`, asynchronously."""
-    try:
-        ended = await aresume(graph, run, cfg)
-    except DeadlineExceeded as exc:
-        exc.state, update = _answered_late(graph, exc.state, exc.outcome)
-        await _awrite(graph, cfg, update)
-        raise
-    if ended is not None:
-        ended, update = _answered_late(graph, ended, ended["deadline_outcome"])
-        await _awrite(graph, cfg, update)
+        yield from _write(graph, cfg, update)
     return ended
 
 
@@ -634,7 +564,7 @@ def _removes(graph: DeadlineRuns) -> bool:
     return getattr(graph.channels.get("messages"), "operator", None) is add_messages
 
 
-def granted(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> Any:
+def granted(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> Steps[Any]:
     """`input`; a grant of more time (`Command(update=deadline_input(s))`) on a thread whose last
     run ran out also removes the messages that ended that run (`ENDING`: the cut step's owed
     answers, the closing reply), so that the cut step, still pending, runs again on the state
@@ -642,21 +572,10 @@ def granted(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> Any:
     if not _removable(graph, cfg, input):
         return input
     try:
-        values = graph.get_state(_clean(cfg)).values
+        snapshot = yield Io(graph.get_state, graph.aget_state, (_clean(cfg),))
     except Exception:
         return input
-    return _superseding(input, values)
-
-
-async def agranted(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> Any:
-    """`granted`, reading the checkpoint asynchronously."""
-    if not _removable(graph, cfg, input):
-        return input
-    try:
-        values = (await graph.aget_state(_clean(cfg))).values
-    except Exception:
-        return input
-    return _superseding(input, values)
+    return _superseding(input, snapshot.values)
 
 
 def _removable(graph: DeadlineRuns, cfg: RunnableConfig, input: Any) -> bool:
@@ -761,7 +680,7 @@ def late_chunks(
         except GraphDrained as exc:  # a re-entered run's pending node was refused
             if exc.reason != DRAIN_REASON:
                 raise
-            refused = final_state(graph, run, cfg, None)
+            refused = drive(final_state(graph, run, cfg, None))
             seen = False  # the values it ends with are these, the outcome in them
     yield from _last_update(graph, refused, kw, seen)
 
@@ -781,7 +700,7 @@ async def alate_chunks(
         except GraphDrained as exc:  # a re-entered run's pending node was refused
             if exc.reason != DRAIN_REASON:
                 raise
-            refused = await afinal_state(graph, run, cfg, None)
+            refused = await adrive(final_state(graph, run, cfg, None))
             seen = False  # the values it ends with are these, the outcome in them
     for chunk in _last_update(graph, refused, kw, seen):
         yield chunk
@@ -960,13 +879,13 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         run, input, cfg = self._start(input, config)
         mode = kwargs.get("stream_mode", self.stream_mode)
         if not prepared and self._resuming(input):
-            if (ended := resumed(self, run, cfg)) is not None:
+            if (ended := drive(resumed(self, run, cfg))) is not None:
                 yield from closing(ended, run, mode, kwargs, news=True)
                 return
         elif not prepared and (refused := too_late(self, run, input)) is not None:
             yield from late_chunks(self, run, refused, input, cfg, **kwargs)
             return
-        input = input if prepared else self._sent(granted(self, cfg, input))
+        input = input if prepared else self._sent(drive(granted(self, cfg, input)))
         try:
             guarded = self._lgd_settings.guarded_retries
             options = kwargs if prepared else _run_options(kwargs)
@@ -979,30 +898,32 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             if exc.reason != DRAIN_REASON:
                 emit_run_outcome(run, raised(exc))
                 raise
-            yield from closing(final_state(self, run, cfg, None), run, mode, kwargs)
+            yield from closing(drive(final_state(self, run, cfg, None)), run, mode, kwargs)
             return
         except DeadlineExceeded as exc:
             emit_run_outcome(run, exc.outcome)
-            keep_deadline(self, run, cfg)
+            drive(keep_deadline(self, run, cfg))
             reraise_with_state(exc, run)
         except Exception as exc:
             emit_run_outcome(run, raised(exc))
-            keep_records(self, run, cfg)
+            drive(keep_records(self, run, cfg))
             raise
         except GeneratorExit as exc:  # the caller closed the stream before its end
-            left = raised(exc)
-            emit_run_outcome(run, left if prepared else keep_left(self, run, cfg, left))
+            left = [raised(exc)]
+            if not prepared:
+                drive(keep_left(self, run, cfg, left))
+            emit_run_outcome(run, left[0])
             raise
         except BaseException as exc:
             emit_run_outcome(run, raised(exc))
             raise
         if ran_out_at_the_end(run):
-            yield from closing(final_state(self, run, cfg, None), run, mode, kwargs)
+            yield from closing(drive(final_state(self, run, cfg, None)), run, mode, kwargs)
             return
-        keep_deadline(self, run, cfg)
+        drive(keep_deadline(self, run, cfg))
         if not prepared:
             emit_run_outcome(run, done := final_outcome(run, run.latest))
-            keep_end(self, run, cfg, done, run.latest)
+            drive(keep_end(self, run, cfg, done, run.latest))
             yield from completed_chunks(self._lgd_settings.has_fields, done, run, mode, kwargs)
 
     def astream(
@@ -1027,7 +948,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         run, input, cfg = self._start(input, config)
         mode = kwargs.get("stream_mode", self.stream_mode)
         if self._resuming(input):
-            if (ended := await aresumed(self, run, cfg)) is not None:
+            if (ended := await adrive(resumed(self, run, cfg))) is not None:
                 for chunk in closing(ended, run, mode, kwargs, news=True):
                     yield chunk
                 return
@@ -1035,7 +956,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             async for chunk in alate_chunks(self, run, refused, input, cfg, **kwargs):
                 yield chunk
             return
-        input = self._sent(await agranted(self, cfg, input))
+        input = self._sent(await adrive(granted(self, cfg, input)))
         try:
             guarded = self._lgd_settings.guarded_retries
             options = _run_options(kwargs)
@@ -1051,13 +972,13 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                 yield chunk
         else:
             if ran_out_at_the_end(run):
-                state = await afinal_state(self, run, cfg, None)
+                state = await adrive(final_state(self, run, cfg, None))
                 for chunk in closing(state, run, mode, kwargs):
                     yield chunk
             else:
-                await akeep_deadline(self, run, cfg)
+                await adrive(keep_deadline(self, run, cfg))
                 emit_run_outcome(run, done := final_outcome(run, run.latest))
-                await akeep_end(self, run, cfg, done, run.latest)
+                await adrive(keep_end(self, run, cfg, done, run.latest))
                 for chunk in completed_chunks(
                     self._lgd_settings.has_fields, done, run, mode, kwargs
                 ):
@@ -1072,23 +993,26 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         with the run's latest state."""
         if isinstance(exc, GraphDrained):
             if exc.reason == DRAIN_REASON:
-                return await afinal_state(self, run, cfg, None)
+                return await adrive(final_state(self, run, cfg, None))
             emit_run_outcome(run, raised(exc))
             return None
         if isinstance(exc, DeadlineExceeded):
             emit_run_outcome(run, exc.outcome)
-            await akeep_deadline(self, run, cfg)
+            await adrive(keep_deadline(self, run, cfg))
             reraise_with_state(exc, run)
         if isinstance(exc, GeneratorExit | anyio.get_cancelled_exc_class()):
             # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
             # wherever LangGraph runs them, instead of letting them go on to their deadline.
             run.signal.cancel("run_deadline" if run.backstop_fired else "caller")
             if not run.backstop_fired:  # the backstop reports the run itself
-                emit_run_outcome(run, await akeep_left(self, run, cfg, raised(exc)))
+                left = [raised(exc)]
+                with anyio.move_on_after(CANCEL_WRITE_S, shield=True):
+                    await adrive(keep_left(self, run, cfg, left))
+                emit_run_outcome(run, left[0])
             return None
         emit_run_outcome(run, raised(exc))
         if isinstance(exc, Exception):
-            await akeep_records(self, run, cfg)
+            await adrive(keep_records(self, run, cfg))
         return None
 
     # -- invoke -------------------------------------------------------------------------------
@@ -1096,28 +1020,28 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         run, input, cfg = self._start(input, config)
         if self._resuming(input):
-            ended = resumed(self, run, cfg)
+            ended = drive(resumed(self, run, cfg))
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
             return late_result(self, run, refused, input, cfg)
-        input = self._sent(granted(self, cfg, input))
+        input = self._sent(drive(granted(self, cfg, input)))
         run.entry = self
         values = super().invoke(input, cfg, **_run_options(kwargs))
         result, done = self._completed(values, run)
-        keep_end(self, run, cfg, done, values)
+        drive(keep_end(self, run, cfg, done, values))
         return result
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Like `CompiledStateGraph.ainvoke`; also cancels the whole run at its deadline."""
         run, input, cfg = self._start(input, config)
         if self._resuming(input):
-            ended = await aresumed(self, run, cfg)
+            ended = await adrive(resumed(self, run, cfg))
             if ended is not None:
                 return ended
         elif (refused := too_late(self, run, input)) is not None:
             return await alate_result(self, run, refused, input, cfg)
-        input = self._sent(await agranted(self, cfg, input))
+        input = self._sent(await adrive(granted(self, cfg, input)))
         run.entry = self
         loop = asyncio.get_running_loop()
         task = asyncio.current_task(loop)
@@ -1140,13 +1064,13 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             return state
         if backstop.caught:
             run.signal.cancel("run_deadline")  # its steps, wherever LangGraph runs them
-            return await afinal_state(self, run, cfg, _IN_FLIGHT)
+            return await adrive(final_state(self, run, cfg, _IN_FLIGHT))
         if ran_out_at_the_end(run, result if run.select is not None else None):
-            return await afinal_state(self, run, cfg, None)
+            return await adrive(final_state(self, run, cfg, None))
         returned, done = self._completed(result, run)  # (it notes an interrupt in `result`)
         if run.resumable:  # a thread to keep its deadline (when paused) and its end in
-            await akeep_deadline(self, run, cfg)
-            await akeep_end(self, run, cfg, done, result)
+            await adrive(keep_deadline(self, run, cfg))
+            await adrive(keep_end(self, run, cfg, done, result))
         return returned
 
     def _completed(self, result: Any, run: RunTracker) -> tuple[Any, Outcome | None]:
