@@ -28,20 +28,12 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
+from tests import test_public_api as _public
+
 PKG = Path(__file__).resolve().parents[1] / "langgraph_deadline"
 
-PUBLIC_MODULES = (
-    "langgraph_deadline",
-    "langgraph_deadline.learn",
-    "langgraph_deadline.agents",
-    "langgraph_deadline.asgi",
-    "langgraph_deadline.http",
-    "langgraph_deadline.instrument",
-    "langgraph_deadline.mcp",
-    "langgraph_deadline.temporal",
-    "langgraph_deadline.tenacity",
-    "langgraph_deadline.testing",
-)
+PUBLIC_MODULES = tuple(m for m in _public.PUBLIC_MODULES if m != "langgraph_deadline.types")
+"""The modules users import from (`.types` holds only what they annotate with)."""
 
 RECORDS = frozenset({"StepRecord", "Outcome", "ChatReply", "ServedChatRequest", "ServedRequest"})
 """Values the package hands out or a test describes, field by field: not entry points."""
