@@ -17,13 +17,14 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
-from .._core.plan import RunTracker, run_from_config
+from .._core.plan import run_from_config
 from .._core.rules import StepRule, Timings
 from .._core.validate import check_caps_fit, check_fits, check_limit, check_viable, floor_of
 from .following import PastFollowers, past_followers
 from .graph import DeadlineRuns
 from .inputs import without_fields
 from .node import NodeStep
+from .run import Run
 from .seams import PREVIOUS, runs_on_a_thread, scheduling_with
 from .settings import GraphSettings, NodeSettings
 from .tasks import TaskBudgets, akept, kept
@@ -57,16 +58,14 @@ class _EntrypointPregel(Pregel[Any, Any, Any, Any]):
 class DeadlineEntrypoint(DeadlineRuns, _EntrypointPregel):
     """An `@entrypoint` whose runs each carry one deadline. Made by `with_deadlines`."""
 
-    def _start(
-        self, input: Any, config: RunnableConfig | None
-    ) -> tuple[RunTracker, Any, RunnableConfig]:
+    def _start(self, input: Any, config: RunnableConfig | None) -> tuple[Run, Any]:
         # The entrypoint's argument is the user's: only a grant (a Command) may bring a deadline.
         stand_in: Any = input if input is None or isinstance(input, Command) else {}
-        run, plain, cfg = super()._start(stand_in, config)
+        life, plain = super()._start(stand_in, config)
         # No state carries the outcome: a step that runs out always ends the run by LangGraph's
         # drain, which the entry turns into `DeadlineExceeded` (checkpointed or not).
-        run.resumable = True
-        return run, plain if stand_in is input else input, cfg
+        life.tracker.resumable = True
+        return life, plain if stand_in is input else input
 
     def _sent(self, input: Any) -> Any:
         return _without_grant(input)

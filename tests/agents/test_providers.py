@@ -370,7 +370,10 @@ async def test_a_slow_stream_is_closed_at_the_deadline(
     deadline = t0 + timeout
     assert out["deadline_outcome"].terminal is not Terminal.COMPLETED
     assert took < timeout + MARGIN
-    assert await server.await_disconnected(MARGIN)
+    # A family LangChain runs on a thread (botocore) is closed by that thread at its next chunk
+    # past the cut: on a loaded 2-core machine the thread may wait its turn (a CI run saw
+    # more than 0.5 s once). Left open, the stream would run its whole 10 s.
+    assert await server.await_disconnected(MARGIN * 3 if family.on_thread else MARGIN)
     (served,) = server.requests
     assert served.chunks_sent > 0  # it was streaming
     assert served.disconnected is not None and served.disconnected < deadline + MARGIN
