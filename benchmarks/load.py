@@ -5,6 +5,10 @@
   alternate `ROUNDS` times; the figure is the ratio of their medians.
 - Memory per run: the same burst under `tracemalloc`, peak traced memory divided by the runs
   (all of them are alive at once), wrapped minus bare.
+- Memory per waiting run: `WAITING` runs of the 3-node graph all waiting in their middle node
+  (on one `asyncio.Event`), with a 600 s deadline; what they hold then (a `tracemalloc` snapshot
+  less the one before they started) divided by the runs, wrapped minus bare: what a server
+  holds for each request in flight.
 - Many at once: `MANY` concurrent wrapped runs must all end `completed`, with no error.
 - Already late: a run whose deadline passed before it started must cost little CPU (it does no
   node work: it ends `deadline_exceeded` at its first node).
@@ -25,15 +29,19 @@ import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from langgraph.graph import END, START, StateGraph
+
 from langgraph_deadline import Deadline, Outcome, Terminal, with_deadlines
 
-from ._common import BenchState, Check, Section, Table, linear_graph, median
+from ._common import BenchState, Builder, Check, Section, Table, linear_graph, median
 
 __all__ = ["run"]
 
 NODES = 3
 TARGET_CPU_RATIO = 1.10
 TARGET_EXTRA_KIB = 4.0
+TARGET_WAITING_KIB = 6.0  # held per run waiting in a node, over bare (#49)
+WAITING = 2000
 TARGET_LATE_MS = 0.3
 TARGET_LEFT_EXTRA = 0.0  # objects per run left for the cyclic collector beyond LangGraph's own
 LEFT_RUNS = 200
@@ -75,6 +83,57 @@ def _peak_per_run(call: Callable[[], Awaitable[Any]], runs: int) -> float:
     finally:
         tracemalloc.stop()
     return peak / runs
+
+
+def _held_per_waiting_run(build: Callable[[Callable[..., Any]], Any], runs: int) -> float:
+    """Bytes each of `runs` runs holds while all wait in the middle node of the graph `build`
+    makes from that node (a snapshot once all wait, less the one before they started)."""
+
+    async def held() -> float:
+        gate, all_in = asyncio.Event(), asyncio.Event()
+        arrived = [0, runs]  # runs in the node so far, and how many to wait for
+
+        async def wait(state: BenchState) -> dict[str, int]:
+            arrived[0] += 1
+            if arrived[0] >= arrived[1]:
+                all_in.set()
+            await gate.wait()
+            return {"n": state["n"] + 1}
+
+        graph = build(wait)
+        gate.set()
+        for _ in range(5):  # warm: what the first runs create once
+            await graph.ainvoke({"n": 0})
+        gate.clear()
+        arrived[0] = 0
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.take_snapshot()
+            tasks = [asyncio.create_task(graph.ainvoke({"n": 0})) for _ in range(runs)]
+            await all_in.wait()
+            gc.collect()
+            after = tracemalloc.take_snapshot()
+            gate.set()
+            await asyncio.gather(*tasks)
+        finally:
+            tracemalloc.stop()
+        return sum(d.size_diff for d in after.compare_to(before, "filename")) / runs
+
+    return asyncio.run(held())
+
+
+def _waiting(wait: Callable[..., Any]) -> Builder:
+    """START -> n0 -> wait -> n2 -> END: the graph whose runs wait in their middle node."""
+    builder: Builder = StateGraph(BenchState)
+    builder.add_node("n0", _node)
+    builder.add_node("wait", wait)
+    builder.add_node("n2", _node)
+    builder.add_edge(START, "n0")
+    builder.add_edge("n0", "wait")
+    builder.add_edge("wait", "n2")
+    builder.add_edge("n2", END)
+    return builder
 
 
 def _left_for_gc(call: Callable[[], Awaitable[Any]], runs: int) -> float:
@@ -122,6 +181,12 @@ def run(*, quick: bool = False) -> Section:
     bare_mem = _peak_per_run(call_bare, mem_runs)
     wrapped_mem = _peak_per_run(call_wrapped, mem_runs)
     extra_kib = (wrapped_mem - bare_mem) / 1024.0
+    waiting = 500 if quick else WAITING
+    bare_held = _held_per_waiting_run(lambda wait: _waiting(wait).compile(), waiting)
+    wrapped_held = _held_per_waiting_run(
+        lambda wait: with_deadlines(_waiting(wait), timeout=600.0), waiting
+    )
+    held_kib = (wrapped_held - bare_held) / 1024.0
 
     results = asyncio.run(_burst(call_wrapped, many))
     errors = sum(isinstance(r, BaseException) for r in results)
@@ -175,6 +240,12 @@ def run(*, quick: bool = False) -> Section:
         f"{wrapped_mem / 1024:.1f}",
         f"+{extra_kib:.1f} KiB",
     )
+    table.add(
+        f"memory held per run waiting in a node, KiB ({waiting} waiting)",
+        f"{bare_held / 1024:.1f}",
+        f"{wrapped_held / 1024:.1f}",
+        f"+{held_kib:.1f} KiB",
+    )
     table.add(f"{many} concurrent runs", "-", f"{completed} completed", f"{errors} errors")
     table.add("CPU of a run already past its deadline, ms", "-", f"{late_cpu:.3f}", "-")
     for what, label in (("run", "a run that completes"), ("cut", "a run cut at its deadline")):
@@ -199,6 +270,7 @@ def run(*, quick: bool = False) -> Section:
     section.figures += [
         ("load CPU per run, with_deadlines / bare", f"{cpu_ratio:.2f}x"),
         ("load extra memory per run", f"{extra_kib:.1f} KiB"),
+        ("memory held per waiting run", f"+{held_kib:.1f} KiB ({waiting} waiting)"),
         (f"{many} concurrent runs", f"{completed} completed, {errors} errors"),
         ("CPU of a run already past its deadline", f"{late_cpu:.3f} ms"),
         (
@@ -210,6 +282,7 @@ def run(*, quick: bool = False) -> Section:
     section.checks += [
         Check("load CPU per run ratio", cpu_ratio, TARGET_CPU_RATIO, "x"),
         Check("load extra memory per run", extra_kib, TARGET_EXTRA_KIB, " KiB"),
+        Check("memory held per waiting run", held_kib, TARGET_WAITING_KIB, " KiB"),
         Check(f"errors in {many} concurrent runs", float(errors + (many - completed)), 0.0, ""),
         Check("CPU of an already-late run", late_cpu, TARGET_LATE_MS, " ms"),
         Check(
