@@ -742,4 +742,9 @@ def test_in_sync_code_a_nodes_tool_calls_are_cut_for_the_answer_from_the_first_r
     assert out["deadline_outcome"].terminal is Terminal.COMPLETED, out["deadline_outcome"]
     assert out["done"] == ["lookup:error", "answer"]
     call = _by_name(out["deadline_trace"])["lookup"]
-    assert (call.status, call.cancel_source) == (StepStatus.ABANDONED, "kept_back")
+    # Cut at its kept-back end either way (as in test_sync_client_timeout.py): abandoned when the
+    # wrapper stops waiting first, timed_out when the body's request, cut to the same instant by
+    # the wrapped transport, gives up first (a CI run under load saw it once).
+    assert call.cancel_source == "kept_back"
+    assert call.status in (StepStatus.ABANDONED, StepStatus.TIMED_OUT)
+    assert slow_server.wait_disconnected(2.0)  # either way its connection is closed
