@@ -47,12 +47,6 @@ from langgraph_deadline.testing._chat_server import ChatServer
 from tests.agents.support import MARGIN, ask, orders
 from tests.chat_models import ScriptedChatModel
 
-CLOSED_WITHIN = 1.5
-"""How soon after the deadline the server must have seen a cut call's connection close. On a
-quiet machine it is milliseconds (the providers benchmark: p99 +10 ms); in CI, with the whole
-suite on two cores, a fresh clone's runs saw a Bedrock stream (closed by botocore's thread at its
-next chunk) and an Anthropic hang each take more than 0.5 s once. Left open, each would run for
-seconds: the test still tells a closed call from one left running."""
 SLOW = 0.05  # seconds between two streamed tokens: 200 take 10 s
 
 
@@ -376,10 +370,10 @@ async def test_a_slow_stream_is_closed_at_the_deadline(
     deadline = t0 + timeout
     assert out["deadline_outcome"].terminal is not Terminal.COMPLETED
     assert took < timeout + MARGIN
-    assert await server.await_disconnected(CLOSED_WITHIN)  # left open: its whole 10 s
+    assert await server.await_disconnected(MARGIN)
     (served,) = server.requests
     assert served.chunks_sent > 0  # it was streaming
-    assert served.disconnected is not None and served.disconnected < deadline + CLOSED_WITHIN
+    assert served.disconnected is not None and served.disconnected < deadline + MARGIN
     assert server.chunks_sent_after(served.disconnected) == 0
 
 
@@ -399,9 +393,9 @@ async def test_a_hang_is_closed_at_the_deadline(
     deadline = t0 + timeout
     assert time.monotonic() < deadline + MARGIN
     assert out["deadline_outcome"].terminal is not Terminal.COMPLETED
-    assert await server.await_disconnected(CLOSED_WITHIN)  # left open: until the SDK's 60 s
+    assert await server.await_disconnected(MARGIN)
     (served,) = server.requests  # no retry: botocore's is refused past the deadline
-    assert served.disconnected is not None and served.disconnected < deadline + CLOSED_WITHIN
+    assert served.disconnected is not None and served.disconnected < deadline + MARGIN
 
 
 @pytest.mark.anyio
