@@ -113,10 +113,11 @@ class StepGuard:
         cut.__exit__(exc_type, exc, tb)
         if self._signal is not None:
             self._signal.unregister(cut)
-        chain = current_scopes() if cut.caught else ()
+        caught = cut.caught or (cut.fired and _timed_out(exc))
+        chain = current_scopes() if caught else ()
         if self._token is not None:
             pop_step(self._token)
-        if cut.caught:  # the cut caught its own cancellation: which of the two was it?
+        if caught:  # the cut caught its own cancellation: which of the two was it?
             self._caught(chain)
         return False
 
@@ -147,7 +148,7 @@ class StepGuard:
             context.__exit__(None, None, None)
             if self._signal is not None:
                 self._signal.unregister(scope)
-        if caught:
+        if caught or (scope.cancel_called and _timed_out(exc)):
             self._caught(chain)
         return False
 
@@ -165,6 +166,24 @@ class StepGuard:
         raise DeadlineExceeded(
             f"deadline exceeded in {name}", deadline=deadline, step=name, scopes=chain
         ) from None
+
+
+def _timed_out(exc: BaseException | None) -> bool:
+    """True for a library's own timeout (a `TimeoutError`, or an error raised from one:
+    httpx's `ReadTimeout`, openai's `APITimeoutError`), not a deadline of ours. Out of a body
+    whose cut has fired, it is the cut: the hooks set a request's timeouts to the step's time
+    left, so when a pause of the process (a collector pass, a loaded machine) makes both due in
+    one turn of the loop, the library's may be the one that lands."""
+    if exc is None or isinstance(exc, DeadlineExceeded):
+        return False
+    for _ in range(8):  # (a chain of causes is short; a cycle in it must not loop for ever)
+        if isinstance(exc, TimeoutError):
+            return True
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None:
+            return False
+        exc = nxt
+    return False
 
 
 def _run_alarm(

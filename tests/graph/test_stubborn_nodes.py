@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import time
 from typing import Annotated, Any
 
 import pytest
@@ -45,3 +46,44 @@ async def test_a_node_that_swallows_one_cancellation_is_still_cut_at_its_budget(
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     assert out["deadline_outcome"].step == "stubborn"
     assert finished == [False]  # the first cancellation was swallowed, the second one ended it
+
+
+async def _sleep_timed_out(kind: str, seconds: float) -> None:
+    """A long wait under the node's own timeout: anyio's `fail_after` or `asyncio.timeout`."""
+    if kind == "anyio":
+        import anyio
+
+        with anyio.fail_after(seconds):
+            await asyncio.sleep(5)
+    else:
+        async with asyncio.timeout(seconds):
+            await asyncio.sleep(5)
+
+
+@pytest.mark.parametrize("kind", ["anyio", "asyncio"])
+async def test_a_nodes_own_timeout_that_lands_with_the_cut_is_the_cut(kind: str) -> None:
+    """A node times its call out itself, at what is left (as httpcore does a read cut to the
+    time left by the hooks). A pause of the process over both instants (a collector pass, a
+    loaded machine: seen in CI as a service answering 500 instead of 504) makes them land in
+    one turn of the loop, its own first: the node was past its budget all the same, and the
+    run ends `deadline_exceeded` at it, not with the node's `TimeoutError`."""
+    from langgraph_deadline import current_deadline
+
+    async def search(state: _State) -> dict[str, Any]:
+        d = current_deadline()
+        assert d is not None
+        left = d.remaining()
+        asyncio.get_running_loop().call_later(left - 0.05, time.sleep, 0.3)  # the pause
+        await _sleep_timed_out(kind, left - 0.01)  # due just before the cut
+        return {"log": ["search"]}
+
+    b = StateGraph(_State)
+    b.add_node("search", search)
+    b.add_edge(START, "search")
+    b.add_edge("search", END)
+    graph = with_deadlines(b, timeout=0.6, checkpointer=InMemorySaver())
+    out = await graph.ainvoke({"log": []}, {"configurable": {"thread_id": "t"}})
+    assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert out["deadline_outcome"].step == "search"
+    (record,) = out["deadline_trace"]
+    assert record.status == "timed_out"
