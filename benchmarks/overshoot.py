@@ -20,8 +20,10 @@ own deadline a few µs after that call, so the figure errs (by those µs) on the
 - floor, one outer timeout: the bare graph under `asyncio.timeout(DEADLINE)`: the event loop's
   own cancellation floor. It raises `TimeoutError` and the caller gets no state and no outcome.
 
-The variants take turns, batch by batch, in one process; beside each: the process CPU time per
-run of its batches and what the cyclic garbage collector took during them (`gc.callbacks`).
+The variants take turns, batch by batch, in one process, with the collector frozen after
+start-up (`gc.freeze()`, as docs/howto/across-services.md tells a server); beside each: the process
+CPU time per run of its batches and what the cyclic garbage collector took during them
+(`gc.callbacks`).
 """
 
 from __future__ import annotations
@@ -177,6 +179,10 @@ def run(*, quick: bool, plot: Path | None = None) -> Section:
     rounds = {RUNS: 1 if quick else 3, **{n: 1 if quick else 2 for n in MANY}}
 
     async def measure() -> dict[tuple[str, int], _Tally]:
+        # After start-up (imports, compiled graphs) the collector is frozen, as the docs tell a
+        # server to do: its full passes then walk the runs' objects, not the process's.
+        gc.collect()
+        gc.freeze()
         tallies: dict[tuple[str, int], _Tally] = {}
         for runs in (RUNS, *MANY):
             names = [name for name, v in variants.items() if runs in v.at]
@@ -186,7 +192,10 @@ def run(*, quick: bool, plot: Path | None = None) -> Section:
                     await _batch(variants[name].call, runs, tally)
         return tallies
 
-    tallies = asyncio.run(measure())
+    try:
+        tallies = asyncio.run(measure())
+    finally:
+        gc.unfreeze()
 
     section = Section()
     for runs in (RUNS, *MANY):
