@@ -282,3 +282,47 @@ async def test_a_worker_stopped_mid_activity_leaves_the_retry_only_the_time_left
     assert all(at < started + timeout for at, _, _ in ATTEMPTS)
     await _replay(history)
     gc.collect()
+
+
+async def test_the_default_sandbox_needs_nothing_more(temporal_address: str) -> None:
+    """A workflow module as users write one (tests/temporal/sandboxed.py), run in Temporal's
+    default sandbox: the interceptor alone gives it the deadline, the named terminal and the
+    closed request, and the sandboxed replayer replays its history."""
+    from tests.temporal.sandboxed import SandboxedHangWorkflow
+
+    server = _Server()
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 3.0
+    plugins = [LangGraphPlugin(graphs={"hang": _builder()})]
+    interceptors = [DeadlineInterceptor(reserve=0.3, heartbeat=1.0)]
+    worker = Worker(  # no workflow_runner: the default, sandboxed one
+        client,
+        task_queue=queue,
+        workflows=[SandboxedHangWorkflow],
+        plugins=plugins,
+        interceptors=interceptors,
+    )
+    async with srv, worker:
+        started = time.time()
+        handle = await client.start_workflow(
+            "SandboxedHangWorkflow",
+            {"url": f"http://127.0.0.1:{port}/", "log": []},
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        ended = time.time()
+        history = await handle.fetch_history()
+    terminal = _terminal(info.value)
+    assert terminal is not None and terminal.type == DEADLINE_EXCEEDED
+    assert ended - started < timeout + 2.0
+    assert server.closed_at and server.closed_at[0] - started < timeout + 1.0
+    replayer = Replayer(
+        workflows=[SandboxedHangWorkflow], plugins=plugins, interceptors=interceptors
+    )
+    await replayer.replay_workflow(history)
