@@ -6,18 +6,22 @@ absolute timestamp written once into the workflow's start event, so a replay, a 
 continue-as-new that copies the memo sees the same one. Workflow-side code reads time only through
 `workflow.time()`. Every activity gets `schedule_to_close = min(its own, left - reserve)`, covering
 all its retries; below `min_viable` it is not scheduled and the workflow fails `deadline_exceeded`.
-Inside the activity the step runs under the library's deadline and heartbeats on its own.
+Inside the activity the step runs under the library's deadline and heartbeats on its own. A run
+that ends for want of time fails with the named terminal, carrying what `with_deadlines` returns
+in one process (its last state, `deadline_outcome`, `deadline_trace`): `deadline_result(error)`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import time as _time
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
@@ -42,8 +46,15 @@ with needs_extra("temporal", "langgraph_deadline.temporal"):
 
 from ._core.context import deadline_scope
 from ._core.deadline import Deadline
+from ._core.records import Outcome, StepRecord, StepStatus, Terminal
 
-__all__ = ["DEADLINE_EXCEEDED", "DeadlineInterceptor", "deadline_memo", "workflow_deadline"]
+__all__ = [
+    "DEADLINE_EXCEEDED",
+    "DeadlineInterceptor",
+    "deadline_memo",
+    "deadline_result",
+    "workflow_deadline",
+]
 
 MEMO_KEY = "langgraph_deadline"
 """The memo key holding the run's absolute deadline (seconds since the epoch)."""
@@ -116,6 +127,111 @@ def _plan(input: StartActivityInput, deadline: float, options: _Options) -> Star
     )
 
 
+def deadline_result(error: BaseException) -> dict[str, Any] | None:
+    """What a run that ended for want of time returns, read from the error its workflow failed
+    with (`WorkflowFailureError`, or any error it caused): the run's last state (the state its
+    last activity started from) with `deadline_outcome` (an `Outcome`) and `deadline_trace`
+    (a `StepRecord` per activity), as `with_deadlines` returns them in one process. None for an
+    error that is not the named terminal."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == DEADLINE_EXCEEDED:
+            details = cause.details[0] if cause.details else None
+            if isinstance(details, Mapping) and "deadline_outcome" in details:
+                return {
+                    **details.get("state", {}),
+                    "deadline_outcome": Outcome.from_dict(details["deadline_outcome"]),
+                    "deadline_trace": [StepRecord.from_dict(r) for r in details["deadline_trace"]],
+                }
+        cause = cause.__cause__ or getattr(cause, "cause", None)
+    return None
+
+
+class _Run:
+    """What the workflow side keeps of one run (all of it read by the workflow's clock, so a
+    replay keeps the same): when it started, the state its last activity started from, and a
+    record per activity."""
+
+    __slots__ = ("started", "state", "trace")
+
+    def __init__(self) -> None:
+        self.started = 0.0  # (set as the workflow starts: not yet readable when it is made)
+        self.state: Mapping[str, Any] | None = None
+        self.trace: list[StepRecord] = []
+
+    def saw(self, input: StartActivityInput) -> None:
+        """Keep the state a LangGraph node activity starts from (the plugin's `ActivityInput`)."""
+        first = input.args[0] if input.args else None
+        args = getattr(first, "args", None)
+        if isinstance(args, tuple | list) and args and isinstance(args[0], Mapping):
+            self.state = args[0]
+
+    def record(
+        self, input: StartActivityInput, left: float, budget: float, status: StepStatus
+    ) -> StepRecord:
+        own = _seconds(input.schedule_to_close_timeout or input.start_to_close_timeout)
+        now = workflow.time()
+        rec = StepRecord(
+            name=input.activity,
+            kind="node",
+            attempt=1,
+            remaining_ms=round(left * 1000.0, 3),
+            requested_ms=None if own is None else round(own * 1000.0, 3),
+            allocated_ms=round(max(budget, 0.0) * 1000.0, 3),
+            clamped=own is None or own > budget,
+            elapsed_ms=0.0,
+            status=status,
+            started_at=now,
+        )
+        self.trace.append(rec)
+        return rec
+
+    def ended(self, rec: StepRecord, handle: asyncio.Future[Any]) -> None:
+        """Close an activity's record as its handle resolves."""
+        if handle.cancelled():
+            status = StepStatus.CANCELLED
+        elif (exc := handle.exception()) is None:
+            status = StepStatus.COMPLETED
+        elif _named(exc) or _timed_out(exc):
+            status = StepStatus.TIMED_OUT
+        else:
+            status = StepStatus.FAILED
+        elapsed = (workflow.time() - (rec.started_at or 0.0)) * 1000.0
+        at = self.trace.index(rec)
+        self.trace[at] = replace(rec, status=status, elapsed_ms=round(elapsed, 3))
+
+    def terminal(self, step: str, message: str, outcome: str, cause: BaseException) -> NoReturn:
+        """Raise the named terminal, carrying the run's last state, outcome and trace."""
+        elapsed = (workflow.time() - self.started) * 1000.0
+        last = self.trace[-1] if self.trace else None
+        reason = last.ran_out_reason() if last is not None and last.status.ran_out else message
+        details: dict[str, Any] = {
+            "step": step,
+            "outcome": outcome,
+            "deadline_outcome": Outcome(
+                terminal=Terminal.DEADLINE_EXCEEDED,
+                step=step,
+                reason=reason,
+                elapsed_ms=round(elapsed, 3),
+            ).to_dict(),
+            "deadline_trace": [r.to_sparse_dict() for r in self.trace],
+        }
+        if self.state is not None:
+            with suppress(Exception):  # a state the converter cannot carry is left out
+                workflow.payload_converter().to_payloads([self.state])
+                details["state"] = dict(self.state)
+        raise ApplicationError(
+            message, details, type=DEADLINE_EXCEEDED, non_retryable=True
+        ) from cause
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Temporal timed the activity out (its budget, or its retries ran out of it)."""
+    return isinstance(exc, ActivityError) and (
+        exc.retry_state == RetryState.TIMEOUT or isinstance(exc.cause, TimeoutError)
+    )
+
+
 def _named(exc: BaseException) -> bool:
     cause: BaseException | None = exc
     while cause is not None:
@@ -123,6 +239,16 @@ def _named(exc: BaseException) -> bool:
             return True
         cause = cause.__cause__ or getattr(cause, "cause", None)
     return False
+
+
+def _message(exc: BaseException) -> str:
+    """The named terminal's message, from the activity's own `ApplicationError`."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == DEADLINE_EXCEEDED:
+            return cause.message
+        cause = cause.__cause__ or getattr(cause, "cause", None)
+    return str(exc)
 
 
 def _deadline_of(headers: Mapping[str, Payload]) -> float | None:
@@ -168,6 +294,69 @@ class _ActivityInbound(ActivityInboundInterceptor):
             beat.cancel()
 
 
+class _Outbound(WorkflowOutboundInterceptor):
+    """Plans each activity's timeouts from the time left, and keeps its record."""
+
+    def __init__(self, next: WorkflowOutboundInterceptor, run: _Run, options: _Options) -> None:
+        super().__init__(next)
+        self._run = run
+        self._options = options
+
+    def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
+        deadline = workflow_deadline()
+        if deadline is None:
+            return self.next.start_activity(input)
+        run, options = self._run, self._options
+        run.saw(input)
+        left = deadline - workflow.time()
+        budget = left - options.reserve
+        if budget < options.min_viable:
+            run.record(input, left, budget, StepStatus.SKIPPED)
+        planned = _plan(input, deadline, options)  # (raises when it cannot fit)
+        rec = run.record(input, left, budget, StepStatus.COMPLETED)
+        handle = self.next.start_activity(planned)
+        handle.add_done_callback(functools.partial(run.ended, rec))
+        return handle
+
+
+class _Inbound(WorkflowInboundInterceptor):
+    """Ends a run that ran out of time in the named terminal, with its last state and trace
+    (`options`: set on the subclass the interceptor gives each worker)."""
+
+    options: _Options
+
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        self._run = _Run()
+        super().init(_Outbound(outbound, self._run, self.options))
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        run = self._run
+        run.started = workflow.time()
+        try:
+            return await self.next.execute_workflow(input)
+        except ActivityError as exc:
+            deadline = workflow_deadline()
+            if deadline is None:
+                raise
+            step = exc.activity_type or ""
+            if _named(exc):  # the activity was cut at the run's deadline
+                run.terminal(step, _message(exc), "timeout", exc)
+            left = deadline - self.options.reserve - workflow.time()
+            if not _timed_out(exc) and left > 0:
+                raise
+            # Temporal timed the activity out at the budget we gave it (a hung or dead worker),
+            # or its retries ran out of it: the run ends in the named terminal.
+            message = f"deadline_exceeded: activity {step} timed out at its budget"
+            run.terminal(step, message, "timeout", exc)
+        except ApplicationError as exc:  # an activity not scheduled for want of time
+            details = exc.details[0] if exc.details else None
+            if exc.type != DEADLINE_EXCEEDED or not isinstance(details, Mapping):
+                raise
+            if "deadline_outcome" in details:
+                raise
+            run.terminal(str(details.get("step")), exc.message, "skipped", exc)
+
+
 class DeadlineInterceptor(Interceptor):
     """A Temporal worker interceptor: every activity's timeouts from the workflow's one deadline.
 
@@ -189,37 +378,4 @@ class DeadlineInterceptor(Interceptor):
         self, input: WorkflowInterceptorClassInput
     ) -> type[WorkflowInboundInterceptor]:
         """Give each workflow an outbound interceptor that plans its activities' timeouts."""
-        options = self._options
-
-        class _Outbound(WorkflowOutboundInterceptor):
-            def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
-                deadline = workflow_deadline()
-                if deadline is not None:
-                    input = _plan(input, deadline, options)
-                return self.next.start_activity(input)
-
-        class _Inbound(WorkflowInboundInterceptor):
-            def init(self, outbound: WorkflowOutboundInterceptor) -> None:
-                super().init(_Outbound(outbound))
-
-            async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
-                try:
-                    return await self.next.execute_workflow(input)
-                except ActivityError as exc:
-                    deadline = workflow_deadline()
-                    if deadline is None or _named(exc):
-                        raise
-                    left = deadline - options.reserve - workflow.time()
-                    out_of_time = exc.retry_state == RetryState.TIMEOUT
-                    if not (out_of_time or isinstance(exc.cause, TimeoutError)) and left > 0:
-                        raise
-                    # Temporal timed the activity out at the budget we gave it (a hung or dead
-                    # worker), or its retries ran out of it: the run ends in the named terminal.
-                    raise ApplicationError(
-                        f"deadline_exceeded: activity {exc.activity_type} timed out at its budget",
-                        {"step": exc.activity_type, "outcome": "timeout"},
-                        type=DEADLINE_EXCEEDED,
-                        non_retryable=True,
-                    ) from exc
-
-        return _Inbound
+        return type("DeadlineInbound", (_Inbound,), {"options": self._options})

@@ -230,5 +230,6 @@ def test_temporal_module_surface() -> None:
         "DEADLINE_EXCEEDED",
         "DeadlineInterceptor",
         "deadline_memo",
+        "deadline_result",
         "workflow_deadline",
     }

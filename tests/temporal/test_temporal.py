@@ -20,7 +20,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.langgraph import LangGraphPlugin, graph
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
-from langgraph_deadline.temporal import DEADLINE_EXCEEDED, DeadlineInterceptor, deadline_memo
+from langgraph_deadline import Terminal
+from langgraph_deadline.temporal import (
+    DEADLINE_EXCEEDED,
+    DeadlineInterceptor,
+    deadline_memo,
+    deadline_result,
+)
+from langgraph_deadline.types import StepStatus
 
 pytestmark = [pytest.mark.temporal, pytest.mark.serial, pytest.mark.anyio]
 
@@ -122,6 +129,19 @@ async def test_hanging_activity_is_cut_at_the_deadline_and_the_run_ends_named(
         cause = cause.__cause__
     assert isinstance(cause, ApplicationError) and cause.type == DEADLINE_EXCEEDED
     assert ended - started < timeout + 2.0
+    # ... with what with_deadlines returns in one process: the last state, outcome and trace
+    result = deadline_result(info.value)
+    assert result is not None
+    assert result["log"] == ["first"]  # the state "hang" started from: "first" had run
+    outcome = result["deadline_outcome"]
+    assert outcome.terminal is Terminal.DEADLINE_EXCEEDED and outcome.step == "hang.hang"
+    assert outcome.elapsed_ms is not None and outcome.elapsed_ms < (timeout + 1.0) * 1000
+    first_rec, hang_rec = result["deadline_trace"]  # "late" never scheduled: no record
+    assert (first_rec.name, first_rec.status) == ("hang.first", StepStatus.COMPLETED)
+    assert (hang_rec.name, hang_rec.status) == ("hang.hang", StepStatus.TIMED_OUT)
+    assert hang_rec.requested_ms == 300_000 and hang_rec.clamped  # its own 5 minutes, cut
+    assert hang_rec.allocated_ms is not None and hang_rec.allocated_ms < timeout * 1000
+    assert "hang.hang" in outcome.reason
     # the server saw the request close near the deadline, not at the node's own timeout
     assert server.opened_at and server.closed_at
     assert server.closed_at[0] - started < timeout + 1.0
@@ -238,6 +258,10 @@ async def test_retries_share_the_budget_and_none_starts_after_the_deadline(
     assert ended - started < timeout + 2.0  # not retried for the 5 minutes a fresh budget gives
     assert len(ATTEMPTS) >= 3  # it did retry, within the one budget
     assert all(at < started + timeout for at, _, _ in ATTEMPTS)  # none started after it
+    result = deadline_result(info.value)  # one record for the activity and all its retries
+    assert result is not None and result["url"] == "fail"
+    (record,) = result["deadline_trace"]
+    assert record.status is StepStatus.TIMED_OUT and record.name == "flaky.flaky"
     assert [d for _, _, d in ATTEMPTS] == [pytest.approx(started + timeout - 0.4)] * len(ATTEMPTS)
     await _replay(history)
 
@@ -326,3 +350,72 @@ async def test_the_default_sandbox_needs_nothing_more(temporal_address: str) -> 
         workflows=[SandboxedHangWorkflow], plugins=plugins, interceptors=interceptors
     )
     await replayer.replay_workflow(history)
+
+
+async def slow(state: State) -> State:
+    await asyncio.sleep(0.8)
+    return {"log": [*state.get("log", []), "slow"]}
+
+
+def _refusing_builder() -> StateGraph[Any, Any, Any, Any]:
+    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    opts = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
+    b.add_node("slow", slow, metadata=opts)
+    b.add_node("next", first, metadata=opts)
+    b.add_edge(START, "slow")
+    b.add_edge("slow", "next")
+    return b
+
+
+@workflow.defn
+class RefusingWorkflow:
+    @workflow.run
+    async def run(self, state: State) -> State:
+        return cast(State, await graph("refusing").compile().ainvoke(state))
+
+
+async def test_an_activity_that_cannot_fit_is_not_scheduled_and_the_run_says_so(
+    temporal_address: str,
+) -> None:
+    """After "slow" took 0.8 s of 1.5, "next" would get under its min_viable (0.5 s): it is not
+    scheduled, and the run ends in the named terminal with the state "slow" left and a
+    `skipped` record, as `with_deadlines` ends a run whose next node cannot fit."""
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    plugins = [LangGraphPlugin(graphs={"refusing": _refusing_builder()})]
+    interceptors = [DeadlineInterceptor(reserve=0.3, min_viable=0.5, heartbeat=1.0)]
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[RefusingWorkflow],
+        plugins=plugins,
+        interceptors=interceptors,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    async with worker:
+        started = time.time()
+        handle = await client.start_workflow(
+            "RefusingWorkflow",
+            {"log": []},
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(1.5, now=started),
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        history = await handle.fetch_history()
+    result = deadline_result(info.value)
+    assert result is not None and result["log"] == ["slow"]
+    outcome = result["deadline_outcome"]
+    assert outcome.terminal is Terminal.DEADLINE_EXCEEDED and outcome.step == "refusing.next"
+    ran, refused = result["deadline_trace"]
+    assert (ran.name, ran.status) == ("refusing.slow", StepStatus.COMPLETED)
+    assert (refused.name, refused.status) == ("refusing.next", StepStatus.SKIPPED)
+    assert refused.allocated_ms is not None and refused.allocated_ms < 500
+    assert "not started" in outcome.reason
+    await Replayer(
+        workflows=[RefusingWorkflow],
+        plugins=plugins,
+        interceptors=interceptors,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ).replay_workflow(history)
