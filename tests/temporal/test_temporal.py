@@ -12,12 +12,14 @@ from typing import Any, TypedDict, cast
 import anyio
 import httpx
 import pytest
+from langgraph.func import entrypoint, task
 from langgraph.graph import START, StateGraph
 from temporalio import workflow
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.langgraph import LangGraphPlugin, graph
+from temporalio.langgraph import entrypoint as temporal_entrypoint
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from langgraph_deadline import Terminal
@@ -415,6 +417,89 @@ async def test_an_activity_that_cannot_fit_is_not_scheduled_and_the_run_says_so(
     assert "not started" in outcome.reason
     await Replayer(
         workflows=[RefusingWorkflow],
+        plugins=plugins,
+        interceptors=interceptors,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ).replay_workflow(history)
+
+
+@task
+async def fetch(url: str) -> str:
+    """A `@task` that waits on a server that never answers."""
+    async with httpx.AsyncClient() as client:
+        response = await client.get(url)
+    return response.text
+
+
+@task
+async def note(text: str) -> str:
+    return f"noted {text}"
+
+
+@entrypoint()
+async def research(url: str) -> list[str]:
+    first_note = await note("start")
+    page = await fetch(url)
+    return [first_note, page]
+
+
+@workflow.defn
+class ResearchWorkflow:
+    @workflow.run
+    async def run(self, url: str) -> list[str]:
+        return cast(list[str], await temporal_entrypoint("research").ainvoke(url))
+
+
+async def test_an_entrypoints_hanging_task_is_cut_at_the_deadline(temporal_address: str) -> None:
+    """The Functional API on the plugin (`entrypoint(name)`, each `@task` an activity): the
+    hanging task's request is closed by the deadline and the run ends in the named terminal,
+    with the task that ran before it in the trace."""
+    server = _Server()
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 3.0
+    own = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
+    plugins = [
+        LangGraphPlugin(
+            entrypoints={"research": research},
+            tasks=[fetch, note],
+            activity_options={"fetch": own, "note": own},
+        )
+    ]
+    interceptors = [DeadlineInterceptor(reserve=0.3, heartbeat=1.0)]
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[ResearchWorkflow],
+        plugins=plugins,
+        interceptors=interceptors,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    async with srv, worker:
+        started = time.time()
+        handle = await client.start_workflow(
+            "ResearchWorkflow",
+            f"http://127.0.0.1:{port}/",
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        ended = time.time()
+        history = await handle.fetch_history()
+    result = deadline_result(info.value)
+    assert result is not None
+    assert result["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert ended - started < timeout + 2.0
+    assert server.closed_at and server.closed_at[0] - started < timeout + 1.0
+    statuses = [(r.name, r.status) for r in result["deadline_trace"]]
+    assert statuses[-1][1] is StepStatus.TIMED_OUT and "fetch" in statuses[-1][0]
+    assert (statuses[0][1], "note" in statuses[0][0]) == (StepStatus.COMPLETED, True)
+    await Replayer(
+        workflows=[ResearchWorkflow],
         plugins=plugins,
         interceptors=interceptors,
         workflow_runner=UnsandboxedWorkflowRunner(),
