@@ -7,6 +7,7 @@ import gc
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypedDict, cast
 
 import anyio
@@ -502,5 +503,123 @@ async def test_an_entrypoints_hanging_task_is_cut_at_the_deadline(temporal_addre
         workflows=[ResearchWorkflow],
         plugins=plugins,
         interceptors=interceptors,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ).replay_workflow(history)
+
+
+KILLED: list[tuple[float, int, float | None]] = []
+_ROOT = Path(__file__).resolve().parents[2]  # the checkout: the other process imports `tests`
+
+
+async def hang_noted(state: State) -> State:
+    """Note the attempt (in this process) and its deadline, then wait on a server that never
+    answers."""
+    from temporalio import activity
+
+    from langgraph_deadline import current_deadline
+
+    d = current_deadline()
+    KILLED.append((time.time(), activity.info().attempt, None if d is None else d.timestamp))
+    async with httpx.AsyncClient() as client:
+        await client.get(state["url"])
+    return {"log": [*state.get("log", []), "hang"]}
+
+
+def _killable_builder() -> StateGraph[Any, Any, Any, Any]:
+    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    opts = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
+    b.add_node("first", first, metadata=opts)
+    b.add_node("hang", hang_noted, metadata=opts)
+    b.add_edge(START, "first")
+    b.add_edge("first", "hang")
+    return b
+
+
+@workflow.defn
+class KillableWorkflow:
+    @workflow.run
+    async def run(self, state: State) -> State:
+        return cast(State, await graph("killable").compile().ainvoke(state))
+
+
+def killable_worker(client: Client, queue: str) -> Worker:
+    """The worker of the SIGKILL test, the same in both processes. A dead worker's sticky
+    workflow queue is given up after 1 s (Temporal's default: 10 s, past the deadline)."""
+    return Worker(
+        client,
+        task_queue=queue,
+        workflows=[KillableWorkflow],
+        plugins=[LangGraphPlugin(graphs={"killable": _killable_builder()})],
+        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=1.0)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        graceful_shutdown_timeout=timedelta(0),
+    )
+
+
+async def test_a_worker_killed_mid_activity_leaves_the_retry_on_another_only_the_time_left(
+    temporal_address: str,
+) -> None:
+    """Two workers, one in a process of its own. That one runs the workflow and its hanging
+    activity and is killed (SIGKILL: no clean-up, no last heartbeat). Temporal sees it dead
+    within the heartbeat timeout (1 s) and retries the activity on the other worker, which
+    gets only the time left (the same deadline, not a fresh budget), is cut at it, and the run
+    ends in the named terminal; the history replays."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    KILLED.clear()
+    server = _Server()
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 6.0
+    other = subprocess.Popen(  # noqa: ASYNC220 - started once, killed below
+        [sys.executable, "-m", "tests.temporal.worker_process", temporal_address, queue],
+        cwd=_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout is not None
+        assert await anyio.to_thread.run_sync(other.stdout.readline) == "ready\n"
+        async with srv:
+            started = time.time()
+            handle = await client.start_workflow(
+                "KillableWorkflow",
+                {"url": f"http://127.0.0.1:{port}/", "log": []},
+                id=f"wf-{uuid.uuid4()}",
+                task_queue=queue,
+                memo=deadline_memo(timeout, now=started),
+            )
+            with anyio.fail_after(timeout):  # the other process's attempt is waiting
+                while not server.opened_at:  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+            os.kill(other.pid, signal.SIGKILL)
+            killed = time.time()
+            async with killable_worker(client, queue):
+                with pytest.raises(WorkflowFailureError) as info:
+                    await handle.result()
+                ended = time.time()
+                history = await handle.fetch_history()
+    finally:
+        other.kill()
+        other.wait(10)
+    result = deadline_result(info.value)
+    assert result is not None
+    assert result["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
+    assert ended - started < timeout + 2.0
+    # the retry ran here (attempt 2 or later), started before the deadline, with the same end
+    assert KILLED and all(attempt >= 2 for _, attempt, _ in KILLED)
+    assert all(killed < at < started + timeout for at, _, _ in KILLED)
+    assert [d for _, _, d in KILLED] == [pytest.approx(started + timeout - 0.4)] * len(KILLED)
+    assert len(server.opened_at) >= 2  # the killed attempt's request, and the retry's
+    await Replayer(
+        workflows=[KillableWorkflow],
+        plugins=[LangGraphPlugin(graphs={"killable": _killable_builder()})],
+        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=1.0)],
         workflow_runner=UnsandboxedWorkflowRunner(),
     ).replay_workflow(history)
