@@ -54,6 +54,7 @@ __all__ = [
     "deadline_memo",
     "deadline_result",
     "workflow_deadline",
+    "workflow_grant",
 ]
 
 MEMO_KEY = "langgraph_deadline"
@@ -67,6 +68,23 @@ _GRACE = 0.1
 def deadline_memo(timeout: float, *, now: float | None = None) -> dict[str, float]:
     """The memo to start a workflow with: its deadline, `timeout` seconds from now, set once."""
     return {MEMO_KEY: (_time.time() if now is None else now) + timeout}
+
+
+def workflow_grant(seconds: float) -> float:
+    """Inside a workflow: give the run a new deadline, `seconds` from now by the workflow's
+    clock (what `Command(update=deadline_input(seconds))` does for a `with_deadlines` run),
+    written into the memo so a replay, a worker restart and a continue-as-new see it too. The
+    explicit way a run gets more time, after a human-in-the-loop wait; activities scheduled
+    from then on get their timeouts from it. Returns the new deadline (epoch seconds).
+
+    Raises:
+        ValueError: `seconds` not a finite number > 0.
+    """
+    if not (isinstance(seconds, int | float) and 0.0 < seconds < float("inf")):
+        raise ValueError(f"seconds must be a finite number > 0, got {seconds!r}")
+    deadline = workflow.time() + float(seconds)
+    workflow.upsert_memo({MEMO_KEY: deadline})
+    return deadline
 
 
 def workflow_deadline() -> float | None:

@@ -232,4 +232,5 @@ def test_temporal_module_surface() -> None:
         "deadline_memo",
         "deadline_result",
         "workflow_deadline",
+        "workflow_grant",
     }

@@ -29,6 +29,7 @@ from langgraph_deadline.temporal import (
     DeadlineInterceptor,
     deadline_memo,
     deadline_result,
+    workflow_grant,
 )
 from langgraph_deadline.types import StepStatus
 
@@ -621,5 +622,168 @@ async def test_a_worker_killed_mid_activity_leaves_the_retry_on_another_only_the
         workflows=[KillableWorkflow],
         plugins=[LangGraphPlugin(graphs={"killable": _killable_builder()})],
         interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=1.0)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ).replay_workflow(history)
+
+
+@workflow.defn
+class ContinuedWorkflow:
+    """Continues as new once before it runs the graph (as a long workflow does to keep its
+    history short): the new run keeps the memo, so the deadline, by Temporal's default."""
+
+    @workflow.run
+    async def run(self, state: State) -> State:
+        if not state.get("log"):
+            workflow.continue_as_new({**state, "log": ["continued"]})
+        return cast(State, await graph("killable").compile().ainvoke(state))
+
+
+async def test_a_continue_as_new_keeps_the_deadline(temporal_address: str) -> None:
+    KILLED.clear()
+    server = _Server()
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 3.0
+    plugins = [LangGraphPlugin(graphs={"killable": _killable_builder()})]
+    interceptors = [DeadlineInterceptor(reserve=0.3, heartbeat=1.0)]
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[ContinuedWorkflow],
+        plugins=plugins,
+        interceptors=interceptors,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    async with srv, worker:
+        started = time.time()
+        handle = await client.start_workflow(
+            "ContinuedWorkflow",
+            {"url": f"http://127.0.0.1:{port}/"},
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()  # (follows the run it continued as)
+        ended = time.time()
+        history = await client.get_workflow_handle(handle.id).fetch_history()  # the last run
+    result = deadline_result(info.value)
+    assert result is not None and result["log"] == ["continued", "first"]
+    assert ended - started < timeout + 2.0
+    # the continued run's activity ran to the first run's deadline: not a fresh one
+    assert [d for _, _, d in KILLED] == [pytest.approx(started + timeout - 0.4)]
+    await Replayer(
+        workflows=[ContinuedWorkflow],
+        plugins=plugins,
+        interceptors=interceptors,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ).replay_workflow(history)
+
+
+async def ask(state: State) -> State:
+    from langgraph.types import interrupt
+
+    answer = interrupt("approve the lookup?")
+    return {"log": [*state.get("log", []), f"asked: {answer}"]}
+
+
+def _asking_builder() -> StateGraph[Any, Any, Any, Any]:
+    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    opts = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
+    b.add_node("ask", ask, metadata=opts)
+    b.add_node("hang", hang_noted, metadata=opts)
+    b.add_edge(START, "ask")
+    b.add_edge("ask", "hang")
+    return b
+
+
+@workflow.defn
+class AskingWorkflow:
+    """A human-in-the-loop run: the graph pauses at `interrupt()`, the workflow waits for the
+    `approve` signal, then resumes the graph with the answer (the plugin's checkpointer)."""
+
+    def __init__(self) -> None:
+        self.answer: str | None = None
+        self.grant: float | None = None
+
+    @workflow.signal
+    def approve(self, answer: str, grant: float | None = None) -> None:
+        self.answer = answer
+        self.grant = grant
+
+    @workflow.run
+    async def run(self, state: State) -> State:
+        from langgraph.checkpoint.memory import InMemorySaver
+        from langgraph.types import Command
+
+        g = graph("asking").compile(checkpointer=InMemorySaver())
+        config: Any = {"configurable": {"thread_id": "t"}}
+        out = await g.ainvoke(state, config)
+        if "__interrupt__" in out:
+            await workflow.wait_condition(lambda: self.answer is not None)
+            if self.grant is not None:  # the approver gives the rest of the run more time
+                workflow_grant(self.grant)
+            out = await g.ainvoke(Command(resume=self.answer), config)
+        return cast(State, out)
+
+
+@pytest.mark.parametrize("grant", [None, 3.0], ids=["kept", "granted"])
+async def test_a_resume_after_an_interrupt_keeps_the_deadline_unless_granted(
+    temporal_address: str, grant: float | None
+) -> None:
+    """The rules a with_deadlines run keeps (docs/howto/resume.md): the human's wait counts
+    against the run's one deadline, and the resumed run's steps get only what is left; a grant
+    (`workflow_grant`) gives them a new deadline, explicitly."""
+    KILLED.clear()
+    server = _Server()
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 4.0
+    plugins = [LangGraphPlugin(graphs={"asking": _asking_builder()})]
+    interceptors = [DeadlineInterceptor(reserve=0.3, heartbeat=1.0)]
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[AskingWorkflow],
+        plugins=plugins,
+        interceptors=interceptors,
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    async with srv, worker:
+        started = time.time()
+        handle = await client.start_workflow(
+            "AskingWorkflow",
+            {"url": f"http://127.0.0.1:{port}/", "log": []},
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        await asyncio.sleep(1.5)  # the human takes 1.5 s of the 4
+        approved = time.time()
+        await handle.signal(AskingWorkflow.approve, args=["yes", grant])
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        ended = time.time()
+        history = await handle.fetch_history()
+    result = deadline_result(info.value)
+    assert result is not None and result["log"] == ["asked: yes"]
+    assert result["deadline_outcome"].step == "asking.hang"
+    (attempt,) = KILLED
+    assert attempt[0] - started > 1.5
+    if grant is None:  # the resumed step ran to the run's first deadline: the wait not given back
+        assert ended - started < timeout + 2.0
+        assert attempt[2] == pytest.approx(started + timeout - 0.4)
+    else:  # a new deadline, `grant` from the approval (by the workflow's clock)
+        assert attempt[2] == pytest.approx(approved + grant - 0.4, abs=0.5)
+        assert attempt[2] > started + timeout
+        assert ended - approved < grant + 2.0
+    await Replayer(
+        workflows=[AskingWorkflow],
+        plugins=plugins,
+        interceptors=interceptors,
         workflow_runner=UnsandboxedWorkflowRunner(),
     ).replay_workflow(history)
