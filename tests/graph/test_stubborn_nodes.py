@@ -21,6 +21,16 @@ class _State(DeadlineState):
     log: Annotated[list[str], operator.add]
 
 
+def _one_node(node: Any, *, timeout: float) -> Any:
+    """A `with_deadlines` graph of `node` alone (named after its function), with a checkpointer
+    as a user would have one."""
+    b = StateGraph(_State)
+    b.add_node(node.__name__, node)
+    b.add_edge(START, node.__name__)
+    b.add_edge(node.__name__, END)
+    return with_deadlines(b, timeout=timeout, checkpointer=InMemorySaver())
+
+
 async def test_a_node_that_swallows_one_cancellation_is_still_cut_at_its_budget() -> None:
     # A real graph, a checkpointer: the node ignores the first cancellation and waits again.
     finished = []
@@ -34,11 +44,7 @@ async def test_a_node_that_swallows_one_cancellation_is_still_cut_at_its_budget(
         finished.append(True)
         return {"log": ["stubborn"]}
 
-    b = StateGraph(_State)
-    b.add_node("stubborn", stubborn)
-    b.add_edge(START, "stubborn")
-    b.add_edge("stubborn", END)
-    graph = with_deadlines(b, timeout=0.3, checkpointer=InMemorySaver())
+    graph = _one_node(stubborn, timeout=0.3)
     loop = asyncio.get_running_loop()
     started = loop.time()
     out = await graph.ainvoke({"log": []}, {"configurable": {"thread_id": "t"}})
@@ -77,11 +83,7 @@ async def test_a_nodes_own_timeout_that_lands_with_the_cut_is_the_cut(kind: str)
         await _sleep_timed_out(kind, left - 0.01)  # due just before the cut
         return {"log": ["search"]}
 
-    b = StateGraph(_State)
-    b.add_node("search", search)
-    b.add_edge(START, "search")
-    b.add_edge("search", END)
-    graph = with_deadlines(b, timeout=0.6, checkpointer=InMemorySaver())
+    graph = _one_node(search, timeout=0.6)
     out = await graph.ainvoke({"log": []}, {"configurable": {"thread_id": "t"}})
     assert out["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
     assert out["deadline_outcome"].step == "search"

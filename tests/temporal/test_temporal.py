@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypedDict, cast
@@ -16,12 +18,13 @@ import pytest
 from langgraph.func import entrypoint, task
 from langgraph.graph import START, StateGraph
 from temporalio import workflow
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.langgraph import LangGraphPlugin, graph
 from temporalio.langgraph import entrypoint as temporal_entrypoint
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from langgraph_deadline import Terminal
 from langgraph_deadline.temporal import (
@@ -59,17 +62,21 @@ async def hang(state: State) -> State:
     return {"log": [*state.get("log", []), "hang"]}
 
 
-def _builder() -> StateGraph[Any, Any, Any, Any]:
+def _chain(*nodes: tuple[str, Callable[..., Any]]) -> StateGraph[Any, Any, Any, Any]:
+    """Nodes in a line, each an activity with a fixed per-node timeout: what users write today
+    (5 minutes, far longer than the request has)."""
     b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
-    # what users write today: a fixed per-node timeout, far longer than the request has
     opts = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
-    b.add_node("first", first, metadata=opts)
-    b.add_node("hang", hang, metadata=opts)
-    b.add_node("late", first, metadata=opts)
-    b.add_edge(START, "first")
-    b.add_edge("first", "hang")
-    b.add_edge("hang", "late")
+    previous = START
+    for name, node in nodes:
+        b.add_node(name, node, metadata=opts)
+        b.add_edge(previous, name)
+        previous = name
     return b
+
+
+def _builder() -> StateGraph[Any, Any, Any, Any]:
+    return _chain(("first", first), ("hang", hang), ("late", first))
 
 
 @workflow.defn
@@ -94,48 +101,102 @@ class _Server:
         writer.close()
 
 
-def _worker(client: Client, queue: str) -> Worker:
+def _worker_of(client: Client, queue: str, workflow_class: type, ends: _Ends) -> Worker:
     return Worker(
         client,
         task_queue=queue,
-        workflows=[HangWorkflow],
-        plugins=[LangGraphPlugin(graphs={"hang": _builder()})],
-        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=1.0)],
-        workflow_runner=UnsandboxedWorkflowRunner(),
+        workflows=[workflow_class],
+        plugins=[ends.plugin],
+        interceptors=[ends.interceptor],
+        workflow_runner=ends.runner(),
     )
+
+
+@dataclasses.dataclass
+class _Ends:
+    """How a test's run is hosted: its plugin, the interceptor, the sandbox or not."""
+
+    plugin: LangGraphPlugin
+    interceptor: DeadlineInterceptor = dataclasses.field(
+        default_factory=lambda: DeadlineInterceptor(reserve=0.3, heartbeat=1.0)
+    )
+    sandboxed: bool = False
+
+    def runner(self) -> Any:
+        return SandboxedWorkflowRunner() if self.sandboxed else UnsandboxedWorkflowRunner()
+
+
+@dataclasses.dataclass
+class _Ended:
+    """A run started with a deadline that failed: what the tests read of it."""
+
+    error: WorkflowFailureError
+    started: float
+    ended: float
+    history: WorkflowHistory
+    server: _Server
+
+    @property
+    def result(self) -> dict[str, Any]:
+        result = deadline_result(self.error)
+        assert result is not None, self.error
+        return result
+
+
+async def _run_to_its_end(
+    address: str,
+    workflow_class: type,
+    ends: _Ends,
+    input: Callable[[str], Any],
+    timeout: float,
+    meanwhile: Callable[[WorkflowHandle[Any, Any]], Awaitable[None]] | None = None,
+) -> _Ended:
+    """Start `workflow_class` on a fresh queue with a `timeout` deadline and `input(url)` (the
+    URL of a server that never answers), do `meanwhile` with its handle, wait for it to fail,
+    and replay its last run's history (Temporal's replayer: no non-determinism error)."""
+    server = _Server()
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/"
+    client = await Client.connect(address)
+    queue = f"q-{uuid.uuid4()}"
+    async with srv, _worker_of(client, queue, workflow_class, ends):
+        started = time.time()
+        handle = await client.start_workflow(
+            workflow_class.__name__,
+            input(url),
+            id=f"wf-{uuid.uuid4()}",
+            task_queue=queue,
+            memo=deadline_memo(timeout, now=started),
+        )
+        if meanwhile is not None:
+            await meanwhile(handle)
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()  # (follows a continue-as-new)
+        ended = time.time()
+        history = await client.get_workflow_handle(handle.id).fetch_history()  # the last run
+    await Replayer(
+        workflows=[workflow_class],
+        plugins=[ends.plugin],
+        interceptors=[ends.interceptor],
+        workflow_runner=ends.runner(),
+    ).replay_workflow(history)
+    return _Ended(info.value, started, ended, history, server)
 
 
 async def test_hanging_activity_is_cut_at_the_deadline_and_the_run_ends_named(
     temporal_address: str,
 ) -> None:
-    server = _Server()
-    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
-    client = await Client.connect(temporal_address)
-    queue = f"q-{uuid.uuid4()}"
     timeout = 3.0
-    async with srv, _worker(client, queue):
-        started = time.time()
-        handle = await client.start_workflow(
-            "HangWorkflow",
-            {"url": f"http://127.0.0.1:{port}/", "log": []},
-            id=f"wf-{uuid.uuid4()}",
-            task_queue=queue,
-            memo=deadline_memo(timeout, now=started),
-        )
-        with pytest.raises(WorkflowFailureError) as info:
-            await handle.result()
-        ended = time.time()
-        history = await handle.fetch_history()
+    ends = _Ends(LangGraphPlugin(graphs={"hang": _builder()}))
+    run = await _run_to_its_end(
+        temporal_address, HangWorkflow, ends, lambda url: {"url": url, "log": []}, timeout
+    )
     # the run ends in the named terminal, by the deadline (not after the node's 5 minutes)
-    cause: BaseException | None = info.value.cause
-    while cause is not None and not isinstance(cause, ApplicationError):
-        cause = cause.__cause__
-    assert isinstance(cause, ApplicationError) and cause.type == DEADLINE_EXCEEDED
-    assert ended - started < timeout + 2.0
+    terminal = _terminal(run.error)
+    assert terminal is not None and terminal.type == DEADLINE_EXCEEDED
+    assert run.ended - run.started < timeout + 2.0
     # ... with what with_deadlines returns in one process: the last state, outcome and trace
-    result = deadline_result(info.value)
-    assert result is not None
+    result = run.result
     assert result["log"] == ["first"]  # the state "hang" started from: "first" had run
     outcome = result["deadline_outcome"]
     assert outcome.terminal is Terminal.DEADLINE_EXCEEDED and outcome.step == "hang.hang"
@@ -147,26 +208,18 @@ async def test_hanging_activity_is_cut_at_the_deadline_and_the_run_ends_named(
     assert hang_rec.allocated_ms is not None and hang_rec.allocated_ms < timeout * 1000
     assert "hang.hang" in outcome.reason
     # the server saw the request close near the deadline, not at the node's own timeout
-    assert server.opened_at and server.closed_at
-    assert server.closed_at[0] - started < timeout + 1.0
+    assert run.server.opened_at and run.server.closed_at
+    assert run.server.closed_at[0] - run.started < timeout + 1.0
     # each activity got its timeouts from what was left: schedule_to_close within the deadline
     scheduled = [
         e.activity_task_scheduled_event_attributes
-        for e in history.events
+        for e in run.history.events
         if e.HasField("activity_task_scheduled_event_attributes")
     ]
     assert len(scheduled) == 2  # first, hang; "late" never scheduled
     for attrs in scheduled:
         assert attrs.schedule_to_close_timeout.ToTimedelta() <= timedelta(seconds=timeout)
         assert attrs.start_to_close_timeout.ToTimedelta() <= timedelta(seconds=timeout)
-    # the replayer replays the run's history without a non-determinism error
-    replayer = Replayer(
-        workflows=[HangWorkflow],
-        plugins=[LangGraphPlugin(graphs={"hang": _builder()})],
-        interceptors=[DeadlineInterceptor(reserve=0.3, heartbeat=1.0)],
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    )
-    await replayer.replay_workflow(history)
 
 
 ATTEMPTS: list[tuple[float, int, float | None]] = []
@@ -318,42 +371,15 @@ async def test_the_default_sandbox_needs_nothing_more(temporal_address: str) -> 
     closed request, and the sandboxed replayer replays its history."""
     from tests.temporal.sandboxed import SandboxedHangWorkflow
 
-    server = _Server()
-    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
-    client = await Client.connect(temporal_address)
-    queue = f"q-{uuid.uuid4()}"
     timeout = 3.0
-    plugins = [LangGraphPlugin(graphs={"hang": _builder()})]
-    interceptors = [DeadlineInterceptor(reserve=0.3, heartbeat=1.0)]
-    worker = Worker(  # no workflow_runner: the default, sandboxed one
-        client,
-        task_queue=queue,
-        workflows=[SandboxedHangWorkflow],
-        plugins=plugins,
-        interceptors=interceptors,
+    ends = _Ends(LangGraphPlugin(graphs={"hang": _builder()}), sandboxed=True)
+    run = await _run_to_its_end(
+        temporal_address, SandboxedHangWorkflow, ends, lambda url: {"url": url, "log": []}, timeout
     )
-    async with srv, worker:
-        started = time.time()
-        handle = await client.start_workflow(
-            "SandboxedHangWorkflow",
-            {"url": f"http://127.0.0.1:{port}/", "log": []},
-            id=f"wf-{uuid.uuid4()}",
-            task_queue=queue,
-            memo=deadline_memo(timeout, now=started),
-        )
-        with pytest.raises(WorkflowFailureError) as info:
-            await handle.result()
-        ended = time.time()
-        history = await handle.fetch_history()
-    terminal = _terminal(info.value)
+    terminal = _terminal(run.error)
     assert terminal is not None and terminal.type == DEADLINE_EXCEEDED
-    assert ended - started < timeout + 2.0
-    assert server.closed_at and server.closed_at[0] - started < timeout + 1.0
-    replayer = Replayer(
-        workflows=[SandboxedHangWorkflow], plugins=plugins, interceptors=interceptors
-    )
-    await replayer.replay_workflow(history)
+    assert run.ended - run.started < timeout + 2.0
+    assert run.server.closed_at and run.server.closed_at[0] - run.started < timeout + 1.0
 
 
 async def slow(state: State) -> State:
@@ -362,13 +388,7 @@ async def slow(state: State) -> State:
 
 
 def _refusing_builder() -> StateGraph[Any, Any, Any, Any]:
-    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
-    opts = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
-    b.add_node("slow", slow, metadata=opts)
-    b.add_node("next", first, metadata=opts)
-    b.add_edge(START, "slow")
-    b.add_edge("slow", "next")
-    return b
+    return _chain(("slow", slow), ("next", first))
 
 
 @workflow.defn
@@ -384,32 +404,15 @@ async def test_an_activity_that_cannot_fit_is_not_scheduled_and_the_run_says_so(
     """After "slow" took 0.8 s of 1.5, "next" would get under its min_viable (0.5 s): it is not
     scheduled, and the run ends in the named terminal with the state "slow" left and a
     `skipped` record, as `with_deadlines` ends a run whose next node cannot fit."""
-    client = await Client.connect(temporal_address)
-    queue = f"q-{uuid.uuid4()}"
-    plugins = [LangGraphPlugin(graphs={"refusing": _refusing_builder()})]
-    interceptors = [DeadlineInterceptor(reserve=0.3, min_viable=0.5, heartbeat=1.0)]
-    worker = Worker(
-        client,
-        task_queue=queue,
-        workflows=[RefusingWorkflow],
-        plugins=plugins,
-        interceptors=interceptors,
-        workflow_runner=UnsandboxedWorkflowRunner(),
+    ends = _Ends(
+        LangGraphPlugin(graphs={"refusing": _refusing_builder()}),
+        DeadlineInterceptor(reserve=0.3, min_viable=0.5, heartbeat=1.0),
     )
-    async with worker:
-        started = time.time()
-        handle = await client.start_workflow(
-            "RefusingWorkflow",
-            {"log": []},
-            id=f"wf-{uuid.uuid4()}",
-            task_queue=queue,
-            memo=deadline_memo(1.5, now=started),
-        )
-        with pytest.raises(WorkflowFailureError) as info:
-            await handle.result()
-        history = await handle.fetch_history()
-    result = deadline_result(info.value)
-    assert result is not None and result["log"] == ["slow"]
+    run = await _run_to_its_end(
+        temporal_address, RefusingWorkflow, ends, lambda _: {"log": []}, 1.5
+    )
+    result = run.result
+    assert result["log"] == ["slow"]
     outcome = result["deadline_outcome"]
     assert outcome.terminal is Terminal.DEADLINE_EXCEEDED and outcome.step == "refusing.next"
     ran, refused = result["deadline_trace"]
@@ -417,12 +420,6 @@ async def test_an_activity_that_cannot_fit_is_not_scheduled_and_the_run_says_so(
     assert (refused.name, refused.status) == ("refusing.next", StepStatus.SKIPPED)
     assert refused.allocated_ms is not None and refused.allocated_ms < 500
     assert "not started" in outcome.reason
-    await Replayer(
-        workflows=[RefusingWorkflow],
-        plugins=plugins,
-        interceptors=interceptors,
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    ).replay_workflow(history)
 
 
 @task
@@ -456,56 +453,23 @@ async def test_an_entrypoints_hanging_task_is_cut_at_the_deadline(temporal_addre
     """The Functional API on the plugin (`entrypoint(name)`, each `@task` an activity): the
     hanging task's request is closed by the deadline and the run ends in the named terminal,
     with the task that ran before it in the trace."""
-    server = _Server()
-    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
-    client = await Client.connect(temporal_address)
-    queue = f"q-{uuid.uuid4()}"
     timeout = 3.0
     own = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
-    plugins = [
-        LangGraphPlugin(
-            entrypoints={"research": research},
-            tasks=[fetch, note],
-            activity_options={"fetch": own, "note": own},
-        )
-    ]
-    interceptors = [DeadlineInterceptor(reserve=0.3, heartbeat=1.0)]
-    worker = Worker(
-        client,
-        task_queue=queue,
-        workflows=[ResearchWorkflow],
-        plugins=plugins,
-        interceptors=interceptors,
-        workflow_runner=UnsandboxedWorkflowRunner(),
+    plugin = LangGraphPlugin(
+        entrypoints={"research": research},
+        tasks=[fetch, note],
+        activity_options={"fetch": own, "note": own},
     )
-    async with srv, worker:
-        started = time.time()
-        handle = await client.start_workflow(
-            "ResearchWorkflow",
-            f"http://127.0.0.1:{port}/",
-            id=f"wf-{uuid.uuid4()}",
-            task_queue=queue,
-            memo=deadline_memo(timeout, now=started),
-        )
-        with pytest.raises(WorkflowFailureError) as info:
-            await handle.result()
-        ended = time.time()
-        history = await handle.fetch_history()
-    result = deadline_result(info.value)
-    assert result is not None
+    run = await _run_to_its_end(
+        temporal_address, ResearchWorkflow, _Ends(plugin), lambda url: url, timeout
+    )
+    result = run.result
     assert result["deadline_outcome"].terminal is Terminal.DEADLINE_EXCEEDED
-    assert ended - started < timeout + 2.0
-    assert server.closed_at and server.closed_at[0] - started < timeout + 1.0
+    assert run.ended - run.started < timeout + 2.0
+    assert run.server.closed_at and run.server.closed_at[0] - run.started < timeout + 1.0
     statuses = [(r.name, r.status) for r in result["deadline_trace"]]
     assert statuses[-1][1] is StepStatus.TIMED_OUT and "fetch" in statuses[-1][0]
     assert (statuses[0][1], "note" in statuses[0][0]) == (StepStatus.COMPLETED, True)
-    await Replayer(
-        workflows=[ResearchWorkflow],
-        plugins=plugins,
-        interceptors=interceptors,
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    ).replay_workflow(history)
 
 
 KILLED: list[tuple[float, int, float | None]] = []
@@ -527,13 +491,7 @@ async def hang_noted(state: State) -> State:
 
 
 def _killable_builder() -> StateGraph[Any, Any, Any, Any]:
-    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
-    opts = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
-    b.add_node("first", first, metadata=opts)
-    b.add_node("hang", hang_noted, metadata=opts)
-    b.add_edge(START, "first")
-    b.add_edge("first", "hang")
-    return b
+    return _chain(("first", first), ("hang", hang_noted))
 
 
 @workflow.defn
@@ -640,46 +598,15 @@ class ContinuedWorkflow:
 
 async def test_a_continue_as_new_keeps_the_deadline(temporal_address: str) -> None:
     KILLED.clear()
-    server = _Server()
-    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
-    client = await Client.connect(temporal_address)
-    queue = f"q-{uuid.uuid4()}"
     timeout = 3.0
-    plugins = [LangGraphPlugin(graphs={"killable": _killable_builder()})]
-    interceptors = [DeadlineInterceptor(reserve=0.3, heartbeat=1.0)]
-    worker = Worker(
-        client,
-        task_queue=queue,
-        workflows=[ContinuedWorkflow],
-        plugins=plugins,
-        interceptors=interceptors,
-        workflow_runner=UnsandboxedWorkflowRunner(),
+    ends = _Ends(LangGraphPlugin(graphs={"killable": _killable_builder()}))
+    run = await _run_to_its_end(
+        temporal_address, ContinuedWorkflow, ends, lambda url: {"url": url}, timeout
     )
-    async with srv, worker:
-        started = time.time()
-        handle = await client.start_workflow(
-            "ContinuedWorkflow",
-            {"url": f"http://127.0.0.1:{port}/"},
-            id=f"wf-{uuid.uuid4()}",
-            task_queue=queue,
-            memo=deadline_memo(timeout, now=started),
-        )
-        with pytest.raises(WorkflowFailureError) as info:
-            await handle.result()  # (follows the run it continued as)
-        ended = time.time()
-        history = await client.get_workflow_handle(handle.id).fetch_history()  # the last run
-    result = deadline_result(info.value)
-    assert result is not None and result["log"] == ["continued", "first"]
-    assert ended - started < timeout + 2.0
+    assert run.result["log"] == ["continued", "first"]
+    assert run.ended - run.started < timeout + 2.0
     # the continued run's activity ran to the first run's deadline: not a fresh one
-    assert [d for _, _, d in KILLED] == [pytest.approx(started + timeout - 0.4)]
-    await Replayer(
-        workflows=[ContinuedWorkflow],
-        plugins=plugins,
-        interceptors=interceptors,
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    ).replay_workflow(history)
+    assert [d for _, _, d in KILLED] == [pytest.approx(run.started + timeout - 0.4)]
 
 
 async def ask(state: State) -> State:
@@ -690,13 +617,7 @@ async def ask(state: State) -> State:
 
 
 def _asking_builder() -> StateGraph[Any, Any, Any, Any]:
-    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
-    opts = {"execute_in": "activity", "start_to_close_timeout": timedelta(minutes=5)}
-    b.add_node("ask", ask, metadata=opts)
-    b.add_node("hang", hang_noted, metadata=opts)
-    b.add_edge(START, "ask")
-    b.add_edge("ask", "hang")
-    return b
+    return _chain(("ask", ask), ("hang", hang_noted))
 
 
 @workflow.defn
@@ -737,53 +658,32 @@ async def test_a_resume_after_an_interrupt_keeps_the_deadline_unless_granted(
     against the run's one deadline, and the resumed run's steps get only what is left; a grant
     (`workflow_grant`) gives them a new deadline, explicitly."""
     KILLED.clear()
-    server = _Server()
-    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-    port = srv.sockets[0].getsockname()[1]
-    client = await Client.connect(temporal_address)
-    queue = f"q-{uuid.uuid4()}"
     timeout = 4.0
-    plugins = [LangGraphPlugin(graphs={"asking": _asking_builder()})]
-    interceptors = [DeadlineInterceptor(reserve=0.3, heartbeat=1.0)]
-    worker = Worker(
-        client,
-        task_queue=queue,
-        workflows=[AskingWorkflow],
-        plugins=plugins,
-        interceptors=interceptors,
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    )
-    async with srv, worker:
-        started = time.time()
-        handle = await client.start_workflow(
-            "AskingWorkflow",
-            {"url": f"http://127.0.0.1:{port}/", "log": []},
-            id=f"wf-{uuid.uuid4()}",
-            task_queue=queue,
-            memo=deadline_memo(timeout, now=started),
-        )
+    approved: list[float] = []
+
+    async def the_human(handle: WorkflowHandle[Any, Any]) -> None:
         await asyncio.sleep(1.5)  # the human takes 1.5 s of the 4
-        approved = time.time()
+        approved.append(time.time())
         await handle.signal(AskingWorkflow.approve, args=["yes", grant])
-        with pytest.raises(WorkflowFailureError) as info:
-            await handle.result()
-        ended = time.time()
-        history = await handle.fetch_history()
-    result = deadline_result(info.value)
-    assert result is not None and result["log"] == ["asked: yes"]
+
+    ends = _Ends(LangGraphPlugin(graphs={"asking": _asking_builder()}))
+    run = await _run_to_its_end(
+        temporal_address,
+        AskingWorkflow,
+        ends,
+        lambda url: {"url": url, "log": []},
+        timeout,
+        meanwhile=the_human,
+    )
+    result = run.result
+    assert result["log"] == ["asked: yes"]
     assert result["deadline_outcome"].step == "asking.hang"
     (attempt,) = KILLED
-    assert attempt[0] - started > 1.5
+    assert attempt[0] - run.started > 1.5
     if grant is None:  # the resumed step ran to the run's first deadline: the wait not given back
-        assert ended - started < timeout + 2.0
-        assert attempt[2] == pytest.approx(started + timeout - 0.4)
+        assert run.ended - run.started < timeout + 2.0
+        assert attempt[2] == pytest.approx(run.started + timeout - 0.4)
     else:  # a new deadline, `grant` from the approval (by the workflow's clock)
-        assert attempt[2] == pytest.approx(approved + grant - 0.4, abs=0.5)
-        assert attempt[2] > started + timeout
-        assert ended - approved < grant + 2.0
-    await Replayer(
-        workflows=[AskingWorkflow],
-        plugins=plugins,
-        interceptors=interceptors,
-        workflow_runner=UnsandboxedWorkflowRunner(),
-    ).replay_workflow(history)
+        assert attempt[2] == pytest.approx(approved[0] + grant - 0.4, abs=0.5)
+        assert attempt[2] > run.started + timeout
+        assert run.ended - approved[0] < grant + 2.0
