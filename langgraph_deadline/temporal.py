@@ -17,7 +17,7 @@ import asyncio
 import builtins
 import functools
 import time as _time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -46,6 +46,7 @@ with needs_extra("temporal", "langgraph_deadline.temporal"):
 
 from ._core.context import deadline_scope
 from ._core.deadline import Deadline
+from ._core.observe import RunEvent, emit_run, emit_step
 from ._core.records import Outcome, StepRecord, StepStatus, Terminal
 
 __all__ = [
@@ -165,17 +166,49 @@ def deadline_result(error: BaseException) -> dict[str, Any] | None:
     return None
 
 
+def _tell(emit: Callable[[], None]) -> None:
+    """Tell the observers of the workflow's worker (records, report, OpenTelemetry, Prometheus)
+    once: never while Temporal replays a history (a worker that took the run over, the
+    replayer), and outside the sandbox's restrictions (an observer does I/O)."""
+    if workflow.unsafe.is_replaying():
+        return
+    with workflow.unsafe.sandbox_unrestricted():
+        emit()
+
+
 class _Run:
     """What the workflow side keeps of one run (all of it read by the workflow's clock, so a
     replay keeps the same): when it started, the state its last activity started from, and a
-    record per activity."""
+    record per activity, each told to the observers as it ends (the steps of a run on several
+    workers, in one place: the workflow's worker)."""
 
-    __slots__ = ("started", "state", "trace")
+    __slots__ = ("id", "reserve", "started", "state", "trace")
 
-    def __init__(self) -> None:
-        self.started = 0.0  # (set as the workflow starts: not yet readable when it is made)
+    def __init__(self, reserve: float) -> None:
+        self.id = ""  # the workflow's id (a continued run keeps it): the observers' run id
+        self.reserve = reserve
+        self.started = 0.0  # (both set as the workflow starts: not readable when it is made)
         self.state: Mapping[str, Any] | None = None
         self.trace: list[StepRecord] = []
+
+    def start(self) -> None:
+        self.id = workflow.info().workflow_id
+        self.started = workflow.time()
+
+    def _told(self, rec: StepRecord) -> None:
+        _tell(functools.partial(emit_step, rec, self.id, workflow_deadline()))
+
+    def completed(self) -> None:
+        """Tell the observers the run completed (when it ran under a deadline)."""
+        if workflow_deadline() is not None:
+            self._ended(Outcome(terminal=Terminal.COMPLETED, elapsed_ms=self._elapsed_ms()))
+
+    def _elapsed_ms(self) -> float:
+        return round((workflow.time() - self.started) * 1000.0, 3)
+
+    def _ended(self, outcome: Outcome) -> None:
+        event = RunEvent(outcome, self.id, self.started, workflow_deadline(), self.reserve)
+        _tell(functools.partial(emit_run, event))
 
     def saw(self, input: StartActivityInput) -> None:
         """Keep the state a LangGraph node activity starts from (the plugin's `ActivityInput`)."""
@@ -202,6 +235,8 @@ class _Run:
             started_at=now,
         )
         self.trace.append(rec)
+        if status is StepStatus.SKIPPED:
+            self._told(rec)
         return rec
 
     def ended(self, rec: StepRecord, handle: asyncio.Future[Any]) -> None:
@@ -216,22 +251,24 @@ class _Run:
             status = StepStatus.FAILED
         elapsed = (workflow.time() - (rec.started_at or 0.0)) * 1000.0
         at = self.trace.index(rec)
-        self.trace[at] = replace(rec, status=status, elapsed_ms=round(elapsed, 3))
+        self.trace[at] = done = replace(rec, status=status, elapsed_ms=round(elapsed, 3))
+        self._told(done)
 
     def terminal(self, step: str, message: str, outcome: str, cause: BaseException) -> NoReturn:
         """Raise the named terminal, carrying the run's last state, outcome and trace."""
-        elapsed = (workflow.time() - self.started) * 1000.0
         last = self.trace[-1] if self.trace else None
         reason = last.ran_out_reason() if last is not None and last.status.ran_out else message
+        ending = Outcome(
+            terminal=Terminal.DEADLINE_EXCEEDED,
+            step=step,
+            reason=reason,
+            elapsed_ms=self._elapsed_ms(),
+        )
+        self._ended(ending)
         details: dict[str, Any] = {
             "step": step,
             "outcome": outcome,
-            "deadline_outcome": Outcome(
-                terminal=Terminal.DEADLINE_EXCEEDED,
-                step=step,
-                reason=reason,
-                elapsed_ms=round(elapsed, 3),
-            ).to_dict(),
+            "deadline_outcome": ending.to_dict(),
             "deadline_trace": [r.to_sparse_dict() for r in self.trace],
         }
         if self.state is not None:
@@ -344,14 +381,14 @@ class _Inbound(WorkflowInboundInterceptor):
     options: _Options
 
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
-        self._run = _Run()
+        self._run = _Run(self.options.reserve)
         super().init(_Outbound(outbound, self._run, self.options))
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         run = self._run
-        run.started = workflow.time()
+        run.start()
         try:
-            return await self.next.execute_workflow(input)
+            result = await self.next.execute_workflow(input)
         except ActivityError as exc:
             deadline = workflow_deadline()
             if deadline is None:
@@ -373,6 +410,8 @@ class _Inbound(WorkflowInboundInterceptor):
             if "deadline_outcome" in details:
                 raise
             run.terminal(str(details.get("step")), exc.message, "skipped", exc)
+        run.completed()
+        return result
 
 
 class DeadlineInterceptor(Interceptor):

@@ -35,6 +35,7 @@ from langgraph_deadline.temporal import (
     workflow_grant,
 )
 from langgraph_deadline.types import StepStatus
+from tests.conftest import collecting
 
 pytestmark = [pytest.mark.temporal, pytest.mark.serial, pytest.mark.anyio]
 
@@ -188,9 +189,20 @@ async def test_hanging_activity_is_cut_at_the_deadline_and_the_run_ends_named(
 ) -> None:
     timeout = 3.0
     ends = _Ends(LangGraphPlugin(graphs={"hang": _builder()}))
-    run = await _run_to_its_end(
-        temporal_address, HangWorkflow, ends, lambda url: {"url": url, "log": []}, timeout
-    )
+    with collecting() as seen:  # the observers of the workflow's worker (this process)
+        run = await _run_to_its_end(
+            temporal_address, HangWorkflow, ends, lambda url: {"url": url, "log": []}, timeout
+        )
+    # they were told each activity as it ended and the run's end, once (not again by the
+    # replay), under the workflow's id
+    assert [(r.name, r.status) for r in seen.records] == [
+        ("hang.first", StepStatus.COMPLETED),
+        ("hang.hang", StepStatus.TIMED_OUT),
+    ]
+    (ended,) = seen.runs
+    assert ended.outcome.terminal is Terminal.DEADLINE_EXCEEDED
+    assert {e.run_id for e in seen.events} == {ended.run_id} and ended.run_id.startswith("wf-")
+    assert ended.deadline_at == pytest.approx(run.started + timeout)
     # the run ends in the named terminal, by the deadline (not after the node's 5 minutes)
     terminal = _terminal(run.error)
     assert terminal is not None and terminal.type == DEADLINE_EXCEEDED
