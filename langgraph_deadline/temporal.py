@@ -152,18 +152,15 @@ def deadline_result(error: BaseException) -> dict[str, Any] | None:
     last activity started from) with `deadline_outcome` (an `Outcome`) and `deadline_trace`
     (a `StepRecord` per activity), as `with_deadlines` returns them in one process. None for an
     error that is not the named terminal."""
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, ApplicationError) and cause.type == DEADLINE_EXCEEDED:
-            details = cause.details[0] if cause.details else None
-            if isinstance(details, Mapping) and "deadline_outcome" in details:
-                return {
-                    **details.get("state", {}),
-                    "deadline_outcome": Outcome.from_dict(details["deadline_outcome"]),
-                    "deadline_trace": [StepRecord.from_dict(r) for r in details["deadline_trace"]],
-                }
-        cause = cause.__cause__ or getattr(cause, "cause", None)
-    return None
+    ours = _ours(error)
+    details = ours.details[0] if ours is not None and ours.details else None
+    if not isinstance(details, Mapping) or "deadline_outcome" not in details:
+        return None
+    return {
+        **details.get("state", {}),
+        "deadline_outcome": Outcome.from_dict(details["deadline_outcome"]),
+        "deadline_trace": [StepRecord.from_dict(r) for r in details["deadline_trace"]],
+    }
 
 
 def _tell(emit: Callable[[], None]) -> None:
@@ -245,7 +242,7 @@ class _Run:
             status = StepStatus.CANCELLED
         elif (exc := handle.exception()) is None:
             status = StepStatus.COMPLETED
-        elif _named(exc) or _timed_out(exc):
+        elif _ours(exc) is not None or _timed_out(exc):
             status = StepStatus.TIMED_OUT
         else:
             status = StepStatus.FAILED
@@ -287,23 +284,15 @@ def _timed_out(exc: BaseException) -> bool:
     )
 
 
-def _named(exc: BaseException) -> bool:
+def _ours(exc: BaseException) -> ApplicationError | None:
+    """The named terminal in `exc` or its causes (the workflow's, or the activity's own when it
+    was cut at the run's deadline), or None."""
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, ApplicationError) and cause.type == DEADLINE_EXCEEDED:
-            return True
+            return cause
         cause = cause.__cause__ or getattr(cause, "cause", None)
-    return False
-
-
-def _message(exc: BaseException) -> str:
-    """The named terminal's message, from the activity's own `ApplicationError`."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ApplicationError) and cause.type == DEADLINE_EXCEEDED:
-            return cause.message
-        cause = cause.__cause__ or getattr(cause, "cause", None)
-    return str(exc)
+    return None
 
 
 def _deadline_of(headers: Mapping[str, Payload]) -> float | None:
@@ -365,9 +354,11 @@ class _Outbound(WorkflowOutboundInterceptor):
         run.saw(input)
         left = deadline - workflow.time()
         budget = left - options.reserve
-        if budget < options.min_viable:
+        try:
+            planned = _plan(input, deadline, options)
+        except ApplicationError:  # it cannot fit: not scheduled
             run.record(input, left, budget, StepStatus.SKIPPED)
-        planned = _plan(input, deadline, options)  # (raises when it cannot fit)
+            raise
         rec = run.record(input, left, budget, StepStatus.COMPLETED)
         handle = self.next.start_activity(planned)
         handle.add_done_callback(functools.partial(run.ended, rec))
@@ -394,8 +385,8 @@ class _Inbound(WorkflowInboundInterceptor):
             if deadline is None:
                 raise
             step = exc.activity_type or ""
-            if _named(exc):  # the activity was cut at the run's deadline
-                run.terminal(step, _message(exc), "timeout", exc)
+            if (cut := _ours(exc)) is not None:  # the activity was cut at the run's deadline
+                run.terminal(step, cut.message, "timeout", exc)
             left = deadline - self.options.reserve - workflow.time()
             if not _timed_out(exc) and left > 0:
                 raise
