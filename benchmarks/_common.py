@@ -26,6 +26,7 @@ __all__ = [
     "BenchState",
     "Builder",
     "Check",
+    "chain_graph",
     "GcMeter",
     "Section",
     "Table",
@@ -47,9 +48,14 @@ Builder = StateGraph[Any, Any, Any, Any]
 
 def linear_graph(node: Callable[..., Any], length: int) -> Builder:
     """START -> n0 -> n1 -> ... -> n{length-1} -> END, every node running `node`."""
+    return chain_graph([node] * length)
+
+
+def chain_graph(nodes: Sequence[Callable[..., Any]]) -> Builder:
+    """START -> n0 -> n1 -> ... -> END, node `n{i}` running `nodes[i]`."""
     builder: Builder = StateGraph(BenchState)
     previous = START
-    for i in range(length):
+    for i, node in enumerate(nodes):
         name = f"n{i}"
         builder.add_node(name, node)
         builder.add_edge(previous, name)

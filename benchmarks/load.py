@@ -29,11 +29,9 @@ import tracemalloc
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from langgraph.graph import END, START, StateGraph
-
 from langgraph_deadline import Deadline, Outcome, Terminal, with_deadlines
 
-from ._common import BenchState, Builder, Check, Section, Table, linear_graph, median
+from ._common import BenchState, Builder, Check, Section, Table, chain_graph, linear_graph, median
 
 __all__ = ["run"]
 
@@ -124,16 +122,8 @@ def _held_per_waiting_run(build: Callable[[Callable[..., Any]], Any], runs: int)
 
 
 def _waiting(wait: Callable[..., Any]) -> Builder:
-    """START -> n0 -> wait -> n2 -> END: the graph whose runs wait in their middle node."""
-    builder: Builder = StateGraph(BenchState)
-    builder.add_node("n0", _node)
-    builder.add_node("wait", wait)
-    builder.add_node("n2", _node)
-    builder.add_edge(START, "n0")
-    builder.add_edge("n0", "wait")
-    builder.add_edge("wait", "n2")
-    builder.add_edge("n2", END)
-    return builder
+    """START -> n0 -> n1 (`wait`) -> n2 -> END: the graph whose runs wait in their middle node."""
+    return chain_graph([_node, wait, _node])
 
 
 def _left_for_gc(call: Callable[[], Awaitable[Any]], runs: int) -> float:
