@@ -697,5 +697,107 @@ async def test_a_resume_after_an_interrupt_keeps_the_deadline_unless_granted(
         assert attempt[2] == pytest.approx(run.started + timeout - 0.4)
     else:  # a new deadline, `grant` from the approval (by the workflow's clock)
         assert attempt[2] == pytest.approx(approved[0] + grant - 0.4, abs=0.5)
-        assert attempt[2] > run.started + timeout
+        assert attempt[2] is not None and attempt[2] > run.started + timeout
         assert run.ended - approved[0] < grant + 2.0
+
+
+async def traced(state: State) -> State:
+    """A node that opens a span of its own (as an instrumented client would), then hangs."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("the user's").start_as_current_span("inside hang"):
+        return await hang(state)
+
+
+def _traced_builder(activities: str) -> StateGraph[Any, Any, Any, Any]:
+    """`first`, then `traced`, each an activity on the `activities` queue (another worker)."""
+    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    opts = {
+        "execute_in": "activity",
+        "start_to_close_timeout": timedelta(minutes=5),
+        "task_queue": activities,
+    }
+    b.add_node("first", first, metadata=opts)
+    b.add_node("traced", traced, metadata=opts)
+    b.add_edge(START, "first")
+    b.add_edge("first", "traced")
+    return b
+
+
+@workflow.defn
+class TracedWorkflow:
+    @workflow.run
+    async def run(self, state: State) -> State:
+        return cast(State, await graph("traced").compile().ainvoke(state))
+
+
+def _replay_safe_provider() -> Any:
+    """The process's tracer provider, a replay-safe one as Temporal's `OpenTelemetryPlugin`
+    requires (set once: OpenTelemetry's global provider cannot be replaced)."""
+    from opentelemetry import trace
+    from temporalio.contrib.opentelemetry import create_tracer_provider
+    from temporalio.contrib.opentelemetry._tracer_provider import ReplaySafeTracerProvider
+
+    if not isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider):
+        trace.set_tracer_provider(create_tracer_provider())
+    return trace.get_tracer_provider()
+
+
+async def test_a_runs_steps_on_several_workers_form_one_trace(temporal_address: str) -> None:
+    """Temporal's `OpenTelemetryPlugin` on the client carries the caller's trace into the
+    workflow and its activities; `OtelObserver` on the workflow's worker then writes each
+    activity's span and the run's span into that trace, beside the spans the activities made on
+    the other worker: one trace from the request to the cut."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
+
+    from langgraph_deadline.instrument import OtelObserver, get_observers, set_observers
+
+    provider = _replay_safe_provider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    server = _Server()
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/"
+    client = await Client.connect(temporal_address, plugins=[OpenTelemetryPlugin()])
+    queue, activities = f"q-{uuid.uuid4()}", f"a-{uuid.uuid4()}"
+    plugin = LangGraphPlugin(graphs={"traced": _traced_builder(activities)})
+    interceptor = DeadlineInterceptor(reserve=0.3, heartbeat=1.0)
+    workers = [  # the workflow's worker (it polls no activity of the run), and the activities'
+        Worker(
+            client,
+            task_queue=q,
+            workflows=[TracedWorkflow],
+            plugins=[plugin],
+            interceptors=[interceptor],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        )
+        for q in (queue, activities)
+    ]
+    saved = get_observers()
+    set_observers([OtelObserver(tracer_provider=provider)])
+    try:
+        async with srv, workers[0], workers[1]:
+            with trace.get_tracer("the caller's").start_as_current_span("request") as request:
+                handle = await client.start_workflow(
+                    "TracedWorkflow",
+                    {"url": url, "log": []},
+                    id=f"wf-{uuid.uuid4()}",
+                    task_queue=queue,
+                    memo=deadline_memo(3.0),
+                )
+            with pytest.raises(WorkflowFailureError) as info:
+                await handle.result()
+    finally:
+        set_observers(saved)
+    assert deadline_result(info.value) is not None
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    ours = ["node traced.first", "node traced.traced", "langgraph_deadline.run"]
+    assert set(ours) <= set(spans), sorted(spans)
+    trace_id = request.get_span_context().trace_id
+    for name in [*ours, "inside hang"]:
+        context = spans[name].context
+        assert context is not None and context.trace_id == trace_id, name
+    assert (spans["node traced.traced"].attributes or {})["deadline.status"] == "timed_out"
