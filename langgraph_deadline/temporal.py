@@ -6,7 +6,8 @@ absolute timestamp written once into the workflow's start event, so a replay, a 
 continue-as-new that copies the memo sees the same one. Workflow-side code reads time only through
 `workflow.time()`. Every activity gets `schedule_to_close = min(its own, left - reserve)`, covering
 all its retries; below `min_viable` it is not scheduled and the workflow fails `deadline_exceeded`.
-Inside the activity the step runs under the library's deadline and heartbeats on its own. A run
+Inside the activity the step runs under the library's deadline and heartbeats on its own (on
+its progress, when the node set a heartbeat timeout of its own: that is its stall limit). A run
 that ends for want of time fails with the named terminal, carrying what `with_deadlines` returns
 in one process (its last state, `deadline_outcome`, `deadline_trace`): `deadline_result(error)`.
 """
@@ -35,6 +36,7 @@ with needs_extra("temporal", "langgraph_deadline.temporal"):
     from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
     from temporalio.worker import (
         ActivityInboundInterceptor,
+        ActivityOutboundInterceptor,
         ExecuteActivityInput,
         ExecuteWorkflowInput,
         Interceptor,
@@ -48,6 +50,7 @@ from ._core.context import deadline_scope
 from ._core.deadline import Deadline
 from ._core.observe import RunEvent, emit_run, emit_step
 from ._core.records import Outcome, StepRecord, StepStatus, Terminal
+from ._core.stall import StallWatch, current_watch, progress, stalled_note, unwatch, watching
 
 __all__ = [
     "DEADLINE_EXCEEDED",
@@ -63,6 +66,7 @@ MEMO_KEY = "langgraph_deadline"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 """The `ApplicationError.type` a run ends with when its deadline leaves a step no time."""
 _HEADER = "langgraph-deadline"
+_STALLED = "Stalled"
 _GRACE = 0.1
 
 
@@ -130,17 +134,20 @@ def _plan(input: StartActivityInput, deadline: float, options: _Options) -> Star
     end = deadline - options.reserve - _GRACE
     retry = input.retry_policy or RetryPolicy()
     non_retryable = [*(retry.non_retryable_error_types or ()), DEADLINE_EXCEEDED]
+    heartbeat = _capped(input.heartbeat_timeout, budget, default=options.heartbeat)
+    # the activity's own heartbeat timeout is its stall limit: it heartbeats on progress only
+    stall = None if input.heartbeat_timeout is None else _seconds(heartbeat)
     headers = {
         **input.headers,
         # the step's own end: a little before Temporal's own timeout, so the step is cut (and
         # says so) first
-        _HEADER: _default_converter().payload_converter.to_payloads([end])[0],
+        _HEADER: _default_converter().payload_converter.to_payloads([[end, stall]])[0],
     }
     return replace(
         input,
         schedule_to_close_timeout=_capped(input.schedule_to_close_timeout, budget),
         start_to_close_timeout=_capped(input.start_to_close_timeout, budget),
-        heartbeat_timeout=_capped(input.heartbeat_timeout, budget, default=options.heartbeat),
+        heartbeat_timeout=heartbeat,
         retry_policy=replace(retry, non_retryable_error_types=non_retryable),
         headers=headers,
     )
@@ -295,35 +302,67 @@ def _ours(exc: BaseException) -> ApplicationError | None:
     return None
 
 
-def _deadline_of(headers: Mapping[str, Payload]) -> float | None:
+def _planned(headers: Mapping[str, Payload]) -> tuple[float, float | None] | None:
+    """The step's end and its stall limit (None: it has none), from the workflow's header."""
     payload = headers.get(_HEADER)
     if payload is None:
         return None
-    value = _default_converter().payload_converter.from_payloads([payload])[0]
-    return float(value)
+    end, stall = _default_converter().payload_converter.from_payloads([payload])[0]
+    return float(end), None if stall is None else float(stall)
 
 
-async def _heartbeat(every: float) -> None:
+async def _heartbeat(beat: Callable[[], None], every: float, watch: StallWatch | None) -> None:
+    """Heartbeat every `every` seconds; with a `watch` (a stall limit), only when the step made
+    progress since the last beat, so Temporal's heartbeat timeout is the step's stall limit."""
+    seen: float | None = None
     while True:
-        activity.heartbeat()
+        if watch is None or watch.last != seen:
+            seen = None if watch is None else watch.last
+            beat()
         await anyio.sleep(every)
 
 
+class _ActivityOutbound(ActivityOutboundInterceptor):
+    """The activity's own `activity.heartbeat()` is progress of its step."""
+
+    def heartbeat(self, *details: Any) -> None:
+        progress()
+        self.next.heartbeat(*details)
+
+
 class _ActivityInbound(ActivityInboundInterceptor):
-    """Runs the activity under the run's deadline, heartbeating so cancellation reaches it."""
+    """Runs the activity under the run's deadline, heartbeating so cancellation reaches it; an
+    activity with a heartbeat timeout of its own heartbeats on progress and is cut as stalled at
+    it (retried by Temporal with the time left)."""
+
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        self._beat = outbound.heartbeat  # (the loop's beats are not progress: not through ours)
+        super().init(_ActivityOutbound(outbound))
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        deadline = _deadline_of(input.headers)
-        if deadline is None:
+        planned = _planned(input.headers)
+        if planned is None:
             return await self.next.execute_activity(input)
+        deadline, stall = planned
         info = activity.info()
-        beat_every = _seconds(info.heartbeat_timeout) or 1.0
+        every = stall if stall is not None else _seconds(info.heartbeat_timeout) or 1.0
+        watch = None if stall is None else StallWatch(stall, armed=True, parent=current_watch())
         # the heartbeat runs beside the step (not around it in a task group, which would wrap the
         # step's own error in an ExceptionGroup and change what Temporal's retry policy sees)
-        beat = asyncio.ensure_future(_heartbeat(max(beat_every / 3, 0.05)))
+        beat = asyncio.ensure_future(_heartbeat(self._beat, max(every / 4, 0.05), watch))
+        token = None if watch is None else watching(watch)
         try:
-            with deadline_scope(Deadline.at(deadline), name=info.activity_type):
-                return await self.next.execute_activity(input)
+            with anyio.CancelScope() as scope:
+                if watch is not None:
+                    watch.start(asyncio.get_running_loop(), scope.cancel)
+                with deadline_scope(Deadline.at(deadline), name=info.activity_type):
+                    return await self.next.execute_activity(input)
+            assert watch is not None  # (only a stall cancels this scope)
+            raise ApplicationError(
+                f"{info.activity_type} stalled: {stalled_note(watch.gap)} (attempt {info.attempt})",
+                {"step": info.activity_type, "attempt": info.attempt, "outcome": "stalled"},
+                type=_STALLED,
+            )
         except BaseException as exc:
             if type(exc).__name__ == DEADLINE_EXCEEDED or isinstance(exc, builtins.TimeoutError):
                 raise ApplicationError(
@@ -336,6 +375,10 @@ class _ActivityInbound(ActivityInboundInterceptor):
             raise
         finally:
             beat.cancel()
+            if watch is not None:
+                watch.close(cut=watch.fired)
+            if token is not None:
+                unwatch(token)
 
 
 class _Outbound(WorkflowOutboundInterceptor):
@@ -410,7 +453,9 @@ class DeadlineInterceptor(Interceptor):
 
     `reserve` is kept back from each activity for the workflow to finish; an activity whose budget
     is below `min_viable` is not scheduled; `heartbeat` is the heartbeat timeout given to activities
-    that set none (a user's own is kept when shorter, as every user option is a ceiling).
+    that set none (a user's own is kept when shorter, as every user option is a ceiling), which
+    then heartbeat on a timer. An activity's own heartbeat timeout is its stall limit: it
+    heartbeats only on its step's progress and is cut as `"Stalled"` at it (Temporal retries it).
     """
 
     def __init__(

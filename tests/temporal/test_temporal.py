@@ -801,3 +801,78 @@ async def test_a_runs_steps_on_several_workers_form_one_trace(temporal_address: 
         context = spans[name].context
         assert context is not None and context.trace_id == trace_id, name
     assert (spans["node traced.traced"].attributes or {})["deadline.status"] == "timed_out"
+
+
+STALLS: list[tuple[int, float]] = []  # (attempt, when its read was cut)
+
+
+async def reading(state: State) -> State:
+    """Reads a body that trickles in for 1.5 s, longer than its 1 s heartbeat timeout; on the
+    first attempt the body then stops for good (a stalled upstream), on the next it ends."""
+    from temporalio import activity
+
+    from langgraph_deadline.http import deadline_hooks
+
+    attempt = activity.info().attempt
+    query = "chunks=40&interval=0.1&stall_after=15" if attempt == 1 else "chunks=5&interval=0.1"
+    try:
+        async with (
+            httpx.AsyncClient(event_hooks=deadline_hooks()) as client,
+            client.stream("GET", f"{state['url']}trickle?{query}") as response,
+        ):
+            body = b"".join([chunk async for chunk in response.aiter_bytes()])
+    except asyncio.CancelledError:
+        STALLS.append((attempt, time.time()))
+        raise
+    return {"log": [*state.get("log", []), f"read {len(body)} bytes on attempt {attempt}"]}
+
+
+@workflow.defn
+class ReadingWorkflow:
+    @workflow.run
+    async def run(self, state: State) -> State:
+        return cast(State, await graph("reading").compile().ainvoke(state))
+
+
+async def test_a_heartbeat_timeout_of_the_nodes_own_is_its_stall_limit(
+    temporal_address: str,
+) -> None:
+    """A node's own `heartbeat_timeout` (1 s) is its stall limit: the activity heartbeats on its
+    step's progress (each chunk of a body read with `deadline_hooks()`), not on a timer, so a
+    read that keeps arriving for longer than that lives on, and one that stops is cut 1 s into
+    the silence, named `Stalled`, and retried by Temporal with the time left, which answers
+    well before the 8 s deadline. (Heartbeating on a timer kept the stalled read alive until
+    its read timeout, cut to the deadline: the retry answered 0.4 s before it.)"""
+    from langgraph_deadline.testing import SlowServer
+
+    STALLS.clear()
+    b: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    own = {
+        "execute_in": "activity",
+        "start_to_close_timeout": timedelta(minutes=5),
+        "heartbeat_timeout": timedelta(seconds=1),
+        "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=0.2)),
+    }
+    b.add_node("read", reading, metadata=own).add_edge(START, "read")
+    plugin = LangGraphPlugin(graphs={"reading": b})
+    client = await Client.connect(temporal_address)
+    queue = f"q-{uuid.uuid4()}"
+    timeout = 8.0
+    with SlowServer() as upstream:
+        async with _worker_of(client, queue, ReadingWorkflow, _Ends(plugin)):
+            started = time.time()
+            out = await client.execute_workflow(
+                "ReadingWorkflow",
+                {"url": upstream.url("/"), "log": []},
+                id=f"wf-{uuid.uuid4()}",
+                task_queue=queue,
+                memo=deadline_memo(timeout, now=started),
+                result_type=dict,
+            )
+            ended = time.time()
+    assert len(out["log"]) == 1 and out["log"][0].endswith("on attempt 2")
+    ((attempt, cut),) = STALLS
+    assert attempt == 1
+    # cut after the 1.5 s the body flowed, about 1 s into the silence, long before the deadline
+    assert 2.0 < cut - started < 4.5
+    assert ended - started < timeout - 1.0
