@@ -858,10 +858,11 @@ async def test_a_heartbeat_timeout_of_the_nodes_own_is_its_stall_limit(
     client = await Client.connect(temporal_address)
     queue = f"q-{uuid.uuid4()}"
     timeout = 8.0
+    ends = _Ends(plugin)
     with SlowServer() as upstream:
-        async with _worker_of(client, queue, ReadingWorkflow, _Ends(plugin)):
+        async with _worker_of(client, queue, ReadingWorkflow, ends):
             started = time.time()
-            out = await client.execute_workflow(
+            handle = await client.start_workflow(
                 "ReadingWorkflow",
                 {"url": upstream.url("/"), "log": []},
                 id=f"wf-{uuid.uuid4()}",
@@ -869,7 +870,14 @@ async def test_a_heartbeat_timeout_of_the_nodes_own_is_its_stall_limit(
                 memo=deadline_memo(timeout, now=started),
                 result_type=dict,
             )
+            out = await handle.result()
             ended = time.time()
+    await Replayer(
+        workflows=[ReadingWorkflow],
+        plugins=[ends.plugin],
+        interceptors=[ends.interceptor],
+        workflow_runner=ends.runner(),
+    ).replay_workflow(await handle.fetch_history())
     assert len(out["log"]) == 1 and out["log"][0].endswith("on attempt 2")
     ((attempt, cut),) = STALLS
     assert attempt == 1
