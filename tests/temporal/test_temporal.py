@@ -884,3 +884,71 @@ async def test_a_heartbeat_timeout_of_the_nodes_own_is_its_stall_limit(
     # cut after the 1.5 s the body flowed, about 1 s into the silence, long before the deadline
     assert 2.0 < cut - started < 4.5
     assert ended - started < timeout - 1.0
+
+
+async def talk(state: State) -> State:
+    """Streams three tokens through LangGraph's stream writer, then waits on a server that never
+    answers."""
+    from langgraph.config import get_stream_writer
+
+    writer = get_stream_writer()
+    for i in range(3):
+        writer(f"token {i}")
+        await asyncio.sleep(0.1)
+    return await hang(state)
+
+
+@workflow.defn
+class StreamingWorkflow:
+    @workflow.init
+    def __init__(self, state: State) -> None:
+        from temporalio.contrib.workflow_streams import WorkflowStream
+
+        self.stream = WorkflowStream()
+
+    @workflow.run
+    async def run(self, state: State) -> State:
+        return cast(State, await graph("streaming").compile().ainvoke(state))
+
+
+# The subscriber's long poll (an update) is still open when the run fails: Temporal warns.
+@pytest.mark.filterwarnings("ignore::temporalio.workflow.UnfinishedUpdateHandlersWarning")
+async def test_the_plugins_streaming_delivers_what_came_before_the_cut(
+    temporal_address: str,
+) -> None:
+    """The plugin's streaming (`streaming_topic`: a node's stream writer publishes to the
+    workflow's stream, which the caller subscribes to) keeps working under the deadline: the
+    tokens the node wrote before it was cut reach the subscriber as they come, and the run ends
+    in the named terminal, by the deadline."""
+    from temporalio.contrib.workflow_streams import WorkflowStreamClient
+
+    timeout = 3.0
+    plugin = LangGraphPlugin(
+        graphs={"streaming": _chain(("talk", talk))},
+        streaming_topic="tokens",
+        streaming_batch_interval=timedelta(milliseconds=50),
+    )
+    tokens: list[Any] = []
+    following: list[asyncio.Future[None]] = []
+
+    async def subscribe(handle: WorkflowHandle[Any, Any]) -> None:
+        async def follow() -> None:
+            stream = WorkflowStreamClient(handle)
+            async for item in stream.subscribe("tokens", poll_cooldown=timedelta(milliseconds=50)):
+                tokens.append(item.data)
+
+        following.append(asyncio.ensure_future(follow()))
+
+    run = await _run_to_its_end(
+        temporal_address,
+        StreamingWorkflow,
+        _Ends(plugin),
+        lambda url: {"url": url, "log": []},
+        timeout,
+        meanwhile=subscribe,
+    )
+    following[0].cancel()  # (a finished run's stream is read by a query its worker answers)
+    assert tokens == ["token 0", "token 1", "token 2"]  # as they came, before the cut
+    assert run.result["deadline_outcome"].step == "streaming.talk"
+    assert run.ended - run.started < timeout + 2.0
+    assert run.server.closed_at and run.server.closed_at[0] - run.started < timeout + 1.0
