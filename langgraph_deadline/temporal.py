@@ -1,9 +1,10 @@
 """Temporal: one deadline per workflow run, carried to every LangGraph node or task activity.
 
 Add `DeadlineInterceptor()` to the worker's interceptors (beside `temporalio.langgraph`'s
-`LangGraphPlugin`) and start the workflow with `memo=deadline_memo(timeout)`. The deadline is an
-absolute timestamp written once into the workflow's start event, so a replay, a worker restart or a
-continue-as-new that copies the memo sees the same one. Workflow-side code reads time only through
+`LangGraphPlugin`). The run's deadline is the end of the workflow's own `execution_timeout` or
+`run_timeout`, or `memo=deadline_memo(timeout)` given at its start, the earlier: an absolute
+timestamp kept in the memo, so a replay, a worker restart or a continue-as-new that copies the
+memo sees the same one. Workflow-side code reads time only through
 `workflow.time()`. Every activity gets `schedule_to_close = min(its own, left - reserve)`, covering
 all its retries; below `min_viable` it is not scheduled and the workflow fails `deadline_exceeded`.
 Inside the activity the step runs under the library's deadline and heartbeats on its own (on
@@ -93,7 +94,9 @@ def workflow_grant(seconds: float) -> float:
 
 
 def workflow_deadline() -> float | None:
-    """Inside a workflow: the run's deadline (epoch seconds) from its start event, or None."""
+    """Inside a workflow: the run's deadline (epoch seconds), or None: the memo's
+    (`deadline_memo`, `workflow_grant`), which holds the end of the workflow's own
+    `execution_timeout` or `run_timeout` when that comes first."""
     value = workflow.memo_value(MEMO_KEY, None)
     return None if value is None else float(value)
 
@@ -196,8 +199,14 @@ class _Run:
         self.trace: list[StepRecord] = []
 
     def start(self) -> None:
-        self.id = workflow.info().workflow_id
+        """The run starts: its deadline is the memo's or its Temporal timeout's end, the earlier
+        (written into the memo, which a continue-as-new keeps)."""
+        info = workflow.info()
+        self.id = info.workflow_id
         self.started = workflow.time()
+        end, memo = _timeout_end(info), workflow_deadline()
+        if end is not None and (memo is None or end < memo):
+            workflow.upsert_memo({MEMO_KEY: end})
 
     def _told(self, rec: StepRecord) -> None:
         _tell(functools.partial(emit_step, rec, self.id, workflow_deadline()))
@@ -282,6 +291,17 @@ class _Run:
         raise ApplicationError(
             message, details, type=DEADLINE_EXCEEDED, non_retryable=True
         ) from cause
+
+
+def _timeout_end(info: workflow.Info) -> float | None:
+    """The end of the run's own Temporal timeout (`execution_timeout`, which spans a
+    continue-as-new chain and so is read on its first run only, or `run_timeout`), as epoch
+    seconds by the workflow's start event, or None when it has none."""
+    limits = [info.run_timeout]
+    if info.continued_run_id is None:
+        limits.append(info.execution_timeout)
+    seconds = [t.total_seconds() for t in limits if t]  # (a continued run's unset one: 0)
+    return info.workflow_start_time.timestamp() + min(seconds) if seconds else None
 
 
 def _timed_out(exc: BaseException) -> bool:

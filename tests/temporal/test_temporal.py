@@ -151,10 +151,13 @@ async def _run_to_its_end(
     input: Callable[[str], Any],
     timeout: float,
     meanwhile: Callable[[WorkflowHandle[Any, Any]], Awaitable[None]] | None = None,
+    *,
+    as_execution_timeout: bool = False,
 ) -> _Ended:
-    """Start `workflow_class` on a fresh queue with a `timeout` deadline and `input(url)` (the
-    URL of a server that never answers), do `meanwhile` with its handle, wait for it to fail,
-    and replay its last run's history (Temporal's replayer: no non-determinism error)."""
+    """Start `workflow_class` on a fresh queue with a `timeout` deadline (in the memo, or as
+    Temporal's own `execution_timeout`) and `input(url)` (the URL of a server that never
+    answers), do `meanwhile` with its handle, wait for it to fail, and replay its last run's
+    history (Temporal's replayer: no non-determinism error)."""
     server = _Server()
     srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}/"
@@ -167,7 +170,8 @@ async def _run_to_its_end(
             input(url),
             id=f"wf-{uuid.uuid4()}",
             task_queue=queue,
-            memo=deadline_memo(timeout, now=started),
+            memo=None if as_execution_timeout else deadline_memo(timeout, now=started),
+            execution_timeout=timedelta(seconds=timeout) if as_execution_timeout else None,
         )
         if meanwhile is not None:
             await meanwhile(handle)
@@ -952,3 +956,29 @@ async def test_the_plugins_streaming_delivers_what_came_before_the_cut(
     assert run.result["deadline_outcome"].step == "streaming.talk"
     assert run.ended - run.started < timeout + 2.0
     assert run.server.closed_at and run.server.closed_at[0] - run.started < timeout + 1.0
+
+
+async def test_a_workflows_own_execution_timeout_is_its_deadline(temporal_address: str) -> None:
+    """A workflow started with Temporal's own `execution_timeout` and no memo: the interceptor
+    takes the timeout's end as the run's deadline, so the hanging node is cut before Temporal
+    would end the run unnamed (status TIMED_OUT, no state, no trace), and the run fails in the
+    named terminal with its last state and trace instead."""
+    timeout = 3.0
+    ends = _Ends(LangGraphPlugin(graphs={"hang": _builder()}))
+    run = await _run_to_its_end(
+        temporal_address,
+        HangWorkflow,
+        ends,
+        lambda url: {"url": url, "log": []},
+        timeout,
+        as_execution_timeout=True,
+    )
+    result = run.result  # (a run Temporal timed out has no such result)
+    assert result["log"] == ["first"]
+    assert result["deadline_outcome"].step == "hang.hang"
+    assert [r.status for r in result["deadline_trace"]] == [
+        StepStatus.COMPLETED,
+        StepStatus.TIMED_OUT,
+    ]
+    assert run.ended - run.started < timeout + 1.0
+    assert run.server.closed_at and run.server.closed_at[0] - run.started < timeout
