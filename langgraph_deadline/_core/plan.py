@@ -222,8 +222,9 @@ class RunTracker:
     # run's own data, not of its trace).
     trace_at_end: bool = False
     # Under `ainvoke`: the output keys its values are read with (`select`), and once a node of
-    # its graph has run, the reader of the graph's channels (LangGraph's), which `latest` asks
-    # instead of a note of every chunk of the stream.
+    # its graph has run, the reader of the graph's channels (LangGraph's; the latest node's, so
+    # a finished node's task is let go), which `latest` asks instead of a note of every chunk
+    # of the stream.
     select: Any = None
     read: Callable[[], Any] | None = None
 

@@ -335,8 +335,8 @@ class NodeStep:
         if already_ended(state):
             return None
         run = run_from_config(config)
-        if run is not None and run.read is None and run.select is not None:
-            run.read = state_reader(config, run.select)  # the run's first node: its graph's
+        if run is not None and run.select is not None:
+            run.read = state_reader(config, run.select, run.read)  # (its graph's nodes only)
         bounded, deadline = self._bounded(state, run)
         if not bounded:
             return self._call_unbounded(state, config, body, run, finished)
@@ -372,8 +372,8 @@ class NodeStep:
         if already_ended(state):
             return None
         run = run_from_config(config)
-        if run is not None and run.read is None and run.select is not None:
-            run.read = state_reader(config, run.select)  # the run's first node: its graph's
+        if run is not None and run.select is not None:
+            run.read = state_reader(config, run.select, run.read)  # (its graph's nodes only)
         bounded, deadline = self._bounded(state, run)
         if not bounded:
             return await self._acall_unbounded(state, config, body, run, finished, on_thread)

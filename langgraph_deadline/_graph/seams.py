@@ -83,11 +83,28 @@ _READ_KEY: Final = "__pregel_read"
 shows them)."""
 
 
-def state_reader(config: Mapping[str, Any], select: Any) -> Callable[[], Any] | None:
+def state_reader(
+    config: Mapping[str, Any], select: Any, held: Callable[[], Any] | None = None
+) -> Callable[[], Any] | None:
     """What reads, from a node's `config`, the state of the graph running it now (its `select`
-    keys), without its task's own writes; None when LangGraph gave the node none."""
+    keys), without its task's own writes; `held` (the run's reader so far) when LangGraph gave
+    the node none, or when the node is another graph's (a sub-graph's: other channels). A
+    reader holds its node's task (its writes, its scratchpad): taking each node's own lets the
+    finished ones go while the run waits."""
     read = config.get("configurable", {}).get(_READ_KEY)
-    return None if read is None else functools.partial(read, select)
+    if read is None:
+        return held
+    if held is not None and _channels(held) is not _channels(read):
+        return held
+    return functools.partial(read, select)
+
+
+def _channels(read: Any) -> Any:
+    """The channels a LangGraph reader reads (its `local_read` partial's second argument; a
+    partial of it is flattened into one), or the reader itself for one of another shape (then
+    no two nodes' readers match)."""
+    args: tuple[Any, ...] = getattr(read, "args", ())
+    return args[1] if len(args) > 1 else read
 
 
 _SEND_KEY: Final = "__pregel_send"

@@ -240,6 +240,63 @@ def test_a_nodes_reader_reads_its_graphs_state_as_the_values_stream_shows_it() -
     assert seams.state_reader({}, ["log"]) is None
 
 
+def test_each_node_of_the_graph_gives_the_run_its_reader_and_a_sub_graphs_node_does_not() -> None:
+    """`state_reader(config, select, held)`: a later node of the same graph replaces the held
+    reader (the finished node's task, its writes and its scratchpad, can then go), a node of a
+    sub-graph (other channels) keeps it: what the run reads stays its own graph's state."""
+    held: list[Any] = []
+
+    def reader_of(name: str) -> Any:
+        def node(state: State, config: RunnableConfig) -> dict[str, Any]:
+            held.append(seams.state_reader(config, ["log"], held[-1] if held else None))
+            return {"log": [name]}
+
+        return node
+
+    inner = StateGraph(State).add_node("inner", reader_of("inner"))
+    inner.add_edge(START, "inner")
+    outer = StateGraph(State).add_sequence(
+        [("first", reader_of("first")), ("sub", inner.compile()), ("last", reader_of("last"))]
+    )
+    outer.add_edge(START, "first")
+    out = outer.compile().invoke({"log": ["in"]})
+    first, in_sub, last = held
+    assert in_sub is first  # the sub-graph's node: the outer graph's reader, kept
+    assert last is not first  # the next node of the graph: its own
+    assert last() == out  # ... reading the graph's state, as the first one would
+    assert first() == out
+
+
+@pytest.mark.anyio
+async def test_a_waiting_run_holds_no_task_of_the_nodes_that_finished() -> None:
+    """While a run waits in its second node, nothing of its first node's task (its writes) is
+    held: the run's reader of its graph's state is the running node's."""
+    import asyncio
+    import gc
+
+    from langgraph.pregel._algo import PregelTaskWrites
+
+    gate, inside = asyncio.Event(), asyncio.Event()
+
+    async def wait(state: State) -> dict[str, Any]:
+        inside.set()
+        await gate.wait()
+        return {"log": ["waited"]}
+
+    builder = StateGraph(State).add_sequence(
+        [("done", lambda s: {"log": ["done"]}), ("waiting", wait)]
+    )
+    builder.add_edge(START, "done")
+    graph = with_deadlines(builder, timeout=60.0)
+    run = asyncio.ensure_future(graph.ainvoke({"log": []}))
+    await inside.wait()
+    gc.collect()
+    held = [o for o in gc.get_objects() if isinstance(o, PregelTaskWrites) and o.name == "done"]
+    gate.set()
+    assert (await run)["log"] == ["done", "waited"]
+    assert held == []
+
+
 # -- the Functional API --------------------------------------------------------------------------
 
 
