@@ -122,9 +122,11 @@ def _capped(
     return timedelta(seconds=limit)
 
 
-def _plan(input: StartActivityInput, deadline: float, options: _Options) -> StartActivityInput:
-    """The activity's timeouts from what is left; raise the named terminal when it cannot fit."""
-    left = deadline - workflow.time()
+def _plan(
+    input: StartActivityInput, deadline: float, left: float, options: _Options
+) -> StartActivityInput:
+    """The activity's timeouts from what is `left` of the run before its `deadline`; raise the
+    named terminal when it cannot fit."""
     budget = left - options.reserve
     if budget < options.min_viable:
         raise ApplicationError(
@@ -418,7 +420,7 @@ class _Outbound(WorkflowOutboundInterceptor):
         left = deadline - workflow.time()
         budget = left - options.reserve
         try:
-            planned = _plan(input, deadline, options)
+            planned = _plan(input, deadline, left, options)
         except ApplicationError:  # it cannot fit: not scheduled
             run.record(input, left, budget, StepStatus.SKIPPED)
             raise

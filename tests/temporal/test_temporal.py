@@ -865,7 +865,7 @@ async def test_a_heartbeat_timeout_of_the_nodes_own_is_its_stall_limit(
     ends = _Ends(plugin)
     with SlowServer() as upstream:
         async with _worker_of(client, queue, ReadingWorkflow, ends):
-            started = time.time()
+            started, started_mono = time.time(), time.monotonic()
             handle = await client.start_workflow(
                 "ReadingWorkflow",
                 {"url": upstream.url("/"), "log": []},
@@ -876,6 +876,8 @@ async def test_a_heartbeat_timeout_of_the_nodes_own_is_its_stall_limit(
             )
             out = await handle.result()
             ended = time.time()
+        stalled = upstream.requests[0]  # the first attempt's read: its connection closed at the cut
+        assert stalled.disconnected is not None and stalled.disconnected - started_mono < 4.5
     await Replayer(
         workflows=[ReadingWorkflow],
         plugins=[ends.plugin],
