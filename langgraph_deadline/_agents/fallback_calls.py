@@ -22,7 +22,7 @@ from langgraph.types import Command
 
 from .._core.plan import Plan
 from .._core.records import StepRecord, StepStatus
-from .._core.run import StepResult, refused, run_async, run_sync
+from .._core.step import StepResult, refused, run_async, run_sync
 from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state
 from .model import Choice, Fallbacks, Pick, mark_messages, pick, why_next

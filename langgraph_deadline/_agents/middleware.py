@@ -27,10 +27,9 @@ from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from .._core.deadline import Deadline, earliest
-from .._core.record import child_records
 from .._core.records import Outcome, StepRecord, Terminal
 from .._core.rules import StepRule
-from .._core.run import refused, run_async, run_sync
+from .._core.step import child_records, refused, run_async, run_sync
 from .._core.validate import show
 from .._graph.following import found_book
 from .._graph.seams import PASSTHROUGH

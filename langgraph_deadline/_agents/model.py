@@ -42,7 +42,7 @@ from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, Step, run_from_config
 from .._core.records import StepStatus
 from .._core.rules import StepRule
-from .._core.run import StepResult, refused, run_async, run_sync
+from .._core.step import StepResult, refused, run_async, run_sync
 from .._core.validate import (
     check_idle_cap,
     check_number,

@@ -11,9 +11,8 @@ from langchain.agents.middleware import ExtendedModelResponse, ModelRequest, Mod
 from langgraph.types import Command
 
 from .._core.plan import Plan, Step, run_from_config
-from .._core.record import ends_its_run
 from .._core.records import StepRecord, StepStatus
-from .._core.run import StepResult
+from .._core.step import StepResult, ends_its_run
 from .._graph.seams import running_config
 from .._graph.state import deadline_from_state
 from .._graph.streams import (

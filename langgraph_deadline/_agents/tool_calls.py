@@ -11,9 +11,8 @@ from langchain_core.messages import ToolMessage
 from langgraph.types import Command
 
 from .._core.plan import Plan, Step
-from .._core.record import record_child
 from .._core.records import StepRecord, StepStatus
-from .._core.run import StepResult
+from .._core.step import StepResult, record_child
 from .._graph.answers import cut_answer
 from .._graph.seams import task_writer
 from .._graph.state import deadline_from_state, with_trace

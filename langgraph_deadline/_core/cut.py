@@ -5,7 +5,7 @@ keeps what an anyio cancel scope gives a step (the body is really cancelled, can
 delivered again if the body swallows it, after a short grace for an unshielded clean-up; the
 caller's own cancellation passes through, a shielded clean-up inside the body runs to its end)
 without anyio's per-scope bookkeeping of task states and parent scopes, which a step does not
-need: it never spans tasks. Off asyncio (trio), `guard.py` uses an anyio scope instead.
+need: it never spans tasks. Off asyncio (trio), `step.py`'s guard uses an anyio scope instead.
 """
 
 from __future__ import annotations

@@ -24,8 +24,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from .clock import SYSTEM_CLOCK, Clock
-from .deadline import Deadline, earliest
+from .deadline import SYSTEM_CLOCK, Clock, Deadline, earliest
 
 __all__ = [
     "BODY_MAX",

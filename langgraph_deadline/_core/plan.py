@@ -24,11 +24,9 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any, Final, NamedTuple, overload
 
-from .cancel import CancelSignal, current_signal
-from .clock import SYSTEM_CLOCK
-from .context import current_deadline, tools_deadline
+from .context import CancelSignal, current_deadline, current_signal, tools_deadline
 from .cut import GRACE, Cut, Due
-from .deadline import Deadline
+from .deadline import SYSTEM_CLOCK, Deadline
 from .follow import HANDOFF_BETWEEN
 from .observe import emit_step
 from .records import Outcome, StepKind, StepRecord, StepStatus, step_link

@@ -29,9 +29,8 @@ from typing import Any, Final
 
 from langgraph.types import Command, Overwrite
 
-from .._core.clock import SYSTEM_CLOCK
 from .._core.context import current_deadline
-from .._core.deadline import Deadline
+from .._core.deadline import SYSTEM_CLOCK, Deadline
 from .._core.headers import WIRE, read
 from .._core.validate import check_timestamp
 from .forms import DeadlineDataclass, DeadlineModel

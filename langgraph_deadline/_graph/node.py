@@ -39,10 +39,18 @@ from .._core.context import current_deadline
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, RunTracker, Step, run_from_config
-from .._core.record import child_records, cut_inside
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal, ended_short
 from .._core.rules import StepRule
-from .._core.run import StepResult, StepRun, refused, run_sync, settle, unbounded_guard
+from .._core.step import (
+    StepResult,
+    StepRun,
+    child_records,
+    cut_inside,
+    refused,
+    run_sync,
+    settle,
+    unbounded_guard,
+)
 from .._core.sync_http import ensure as ensure_http
 from .._core.validate import (
     ceiling_of,

@@ -52,8 +52,7 @@ from langgraph.pregel import Pregel
 from langgraph.runtime import RunControl
 from langgraph.types import Command, Interrupt, Overwrite
 
-from .._core.clock import SYSTEM_CLOCK
-from .._core.deadline import Deadline, earliest
+from .._core.deadline import SYSTEM_CLOCK, Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.plan import RUN_KEY, RunTracker
 from .._core.records import Outcome, Terminal

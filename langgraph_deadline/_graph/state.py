@@ -17,8 +17,7 @@ from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.types import Command, Overwrite
 from typing_extensions import TypedDict
 
-from .._core.clock import SYSTEM_CLOCK, Clock
-from .._core.deadline import Deadline
+from .._core.deadline import SYSTEM_CLOCK, Clock, Deadline
 from .._core.records import Outcome, StepRecord
 from .._core.validate import check_seconds, check_timestamp
 

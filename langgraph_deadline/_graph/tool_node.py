@@ -29,7 +29,7 @@ from .._core.deadline import Deadline
 from .._core.plan import Plan, RunTracker, Step, run_from_config
 from .._core.records import StepRecord, StepStatus
 from .._core.rules import StepRule
-from .._core.run import StepResult, run_async, run_sync
+from .._core.step import StepResult, run_async, run_sync
 from .answers import cut_answer
 from .seams import PASSTHROUGH
 

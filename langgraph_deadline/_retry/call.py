@@ -15,8 +15,8 @@ from .._core.context import current_deadline, current_scopes
 from .._core.deadline import Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, RunTracker, current_parent, run_from_config
-from .._core.record import record_child
 from .._core.records import StepStatus
+from .._core.step import record_child
 from .policy import Policy
 from .retry_after import retry_after
 

@@ -12,7 +12,7 @@ from langchain_core.runnables import RunnableConfig
 
 from .._core.errors import DeadlineExceeded
 from .._core.records import StepStatus
-from .._core.run import StepResult
+from .._core.step import StepResult
 from .._retry.policy import RetryOn, retry_predicate
 from .._retry.retry import retry
 from .hedge import Copies

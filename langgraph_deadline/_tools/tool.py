@@ -18,9 +18,8 @@ from pydantic import ConfigDict, InstanceOf, PrivateAttr
 
 from .._core.errors import DeadlineExceeded
 from .._core.plan import Plan, Step, run_from_config
-from .._core.record import record_child
 from .._core.records import StepStatus
-from .._core.run import StepResult, run_async, run_sync
+from .._core.step import StepResult, record_child, run_async, run_sync
 from .._graph.answers import cut_answer, cut_text, stale_answer
 from .._graph.seams import PASSTHROUGH
 from . import policy, stale

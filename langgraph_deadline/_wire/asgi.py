@@ -7,8 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .._core.clock import SYSTEM_CLOCK, Clock
-from .._core.deadline import Deadline
+from .._core.deadline import SYSTEM_CLOCK, Clock, Deadline
 from .._core.headers import WIRE, WireFormat, error_body, read
 from .._core.records import Terminal
 from .._core.validate import check_cap, check_fits, check_flag, check_seconds

@@ -28,8 +28,7 @@ from typing import Any, Final
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .._core.cancel import CancelSignal, current_signal, reset_signal, set_signal
-from .._core.context import deadline_scope
+from .._core.context import CancelSignal, current_signal, deadline_scope, reset_signal, set_signal
 from .._core.cut import Cut
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded

@@ -15,9 +15,8 @@ from collections.abc import (
 )
 from typing import Any
 
-from .._core.clock import SYSTEM_CLOCK, Clock
 from .._core.context import current_deadline, current_scopes
-from .._core.deadline import Deadline
+from .._core.deadline import SYSTEM_CLOCK, Clock, Deadline
 from .._core.errors import DeadlineExceeded
 from .._core.headers import (
     BODY_MAX,

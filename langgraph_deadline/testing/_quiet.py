@@ -16,8 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .._core.clock import SYSTEM_CLOCK
-from .._core.deadline import Deadline
+from .._core.deadline import SYSTEM_CLOCK, Deadline
 
 __all__ = ["RecordingServer", "assert_nothing_sent_after", "await_nothing_sent_after"]
 

@@ -9,7 +9,7 @@ import time
 import anyio
 import pytest
 
-from langgraph_deadline._core.cancel import CancelSignal
+from langgraph_deadline._core.context import CancelSignal
 from langgraph_deadline._core.cut import Cut
 from langgraph_deadline._core.deadline import Deadline
 from langgraph_deadline._core.plan import RunAlarm

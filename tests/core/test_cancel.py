@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from langgraph_deadline._core.cancel import CancelSignal
+from langgraph_deadline._core.context import CancelSignal
 
 
 @pytest.mark.anyio

@@ -9,7 +9,7 @@ import pytest
 
 from langgraph_deadline import Deadline, DeadlineExceeded
 from langgraph_deadline._core.plan import RunTracker, Step
-from langgraph_deadline._core.run import run_async, run_sync
+from langgraph_deadline._core.step import run_async, run_sync
 from langgraph_deadline.testing import ManualClock
 from langgraph_deadline.types import StepStatus
 

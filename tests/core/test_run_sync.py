@@ -9,7 +9,7 @@ import pytest
 
 from langgraph_deadline import Deadline, DeadlineExceeded, current_deadline
 from langgraph_deadline._core.plan import Step
-from langgraph_deadline._core.run import run_sync
+from langgraph_deadline._core.step import run_sync
 from langgraph_deadline.types import StepStatus
 
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_run_sync_var", default="unset")

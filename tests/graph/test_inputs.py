@@ -15,7 +15,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Overwrite, interrupt
 
 from langgraph_deadline import Deadline, DeadlineState, with_deadlines
-from langgraph_deadline._core.clock import SYSTEM_CLOCK
+from langgraph_deadline._core.deadline import SYSTEM_CLOCK
 from langgraph_deadline._graph.inputs import entry_input, plain_input
 
 

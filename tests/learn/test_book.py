@@ -7,7 +7,7 @@ import gc
 import pytest
 
 from langgraph_deadline import StepRecord
-from langgraph_deadline._core.record import commit_record
+from langgraph_deadline._core.step import commit_record
 from langgraph_deadline.instrument import set_observers
 from langgraph_deadline.learn import LatencyBook
 from langgraph_deadline.types import StepStatus

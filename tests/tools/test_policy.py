@@ -20,7 +20,7 @@ from langgraph_deadline import (
     deadline_tool,
     with_deadlines,
 )
-from langgraph_deadline._core.run import StepResult
+from langgraph_deadline._core.step import StepResult
 from langgraph_deadline._tools.policy import Tries, account, call_config, is_timeout, is_transport
 from langgraph_deadline.testing import SlowServer
 from langgraph_deadline.types import StepStatus
