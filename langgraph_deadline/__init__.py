@@ -15,9 +15,9 @@ from ._core.records import Outcome, StepRecord, Terminal
 from ._core.timeouts import timeout_message
 from ._graph.forms import DeadlineDataclass, DeadlineModel
 from ._graph.node import budgeted
+from ._graph.run import terminal_of
 from ._graph.settings import Closing
 from ._graph.state import DeadlineState, deadline_input
-from ._graph.terminal import terminal_of
 from ._graph.wrap import with_deadlines
 from ._instrument.defaults import default_observers as _default_observers
 from ._retry.retry import retry

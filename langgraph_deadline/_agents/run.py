@@ -15,9 +15,9 @@ from .._core.observe import RunEvent
 from .._core.plan import new_run_id, run_from_config
 from .._core.records import Outcome
 from .._core.step import named_run
+from .._graph.run import origin_of, tell_run_ended
 from .._graph.seams import running_config
 from .._graph.state import DeadlineState
-from .._graph.terminal import origin_of, tell_run_ended
 
 __all__ = [
     "RUN",

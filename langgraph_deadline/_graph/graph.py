@@ -53,19 +53,25 @@ from .inputs import (
 from .node import unwrapped
 from .node_cache import deadline_cache
 from .retries import ain_run, enter_run, in_run, leave_run
-from .run import CANCEL_WRITE_S, Run, adrive, drive, ran_out_at_the_end, saved, thread_deadline
+from .run import (
+    CANCEL_WRITE_S,
+    Run,
+    adrive,
+    drive,
+    emit_run_outcome,
+    final_outcome,
+    origin_of,
+    raised,
+    ran_out_at_the_end,
+    reraise_with_state,
+    saved,
+    thread_deadline,
+)
 from .seams import DRAIN_REASON, check_thread, own_control
 from .settings import GraphSettings
 from .state import (
     fresh_run_input,
     traced,
-)
-from .terminal import (
-    emit_run_outcome,
-    final_outcome,
-    origin_of,
-    raised,
-    reraise_with_state,
 )
 
 __all__ = ["DeadlineGraph", "DeadlineRuns"]
