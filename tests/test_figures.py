@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 KEYWORDS = 10  # the target: no entry point takes more
 LONG_FUNCTIONS = 6  # the target: at most 6 functions over 60 lines of code, none on the run's path
-TWINS = 49  # today (the target is 25)
+TWINS = 47  # today (the target is 25)
 RUN_MODULES = 24  # today (the target is 16)
 RUN_LINES = 8_500  # today (the target is 5,500)
 RUN_RATIO = 5.0  # today (the target is 3.0)

@@ -245,24 +245,17 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """The model call under its budget: cancelled at it, then the graceful ending. One that
         cannot fit (or comes after the run ended) is not made: the agent ends, in words."""
         with steps_of(request.state):
-            return await self._amodel_call(request, handler)
-
-    async def _amodel_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        self.settings.check_tool_names(request.tools)
-        if (ended := _ended(self.settings, request)) is not None:
-            return ended
-        if self.settings.fallbacks is not None:
-            return await acall_chain(self.settings, request, handler)
-        plan = model_plan(self.settings, request.state, sync=False)
-        budgeted = with_budget(request, plan, self.settings)
-        ears = Ears.of(budgeted, self.settings, plan)
-        with ears.listening():
-            result = await run_async(plan, lambda: handler(budgeted), passthrough=PASSTHROUGH)
-        return model_result(request.state, result, partial=ears.ended(result))
+            self.settings.check_tool_names(request.tools)
+            if (ended := _ended(self.settings, request)) is not None:
+                return ended
+            if self.settings.fallbacks is not None:
+                return await acall_chain(self.settings, request, handler)
+            plan = model_plan(self.settings, request.state, sync=False)
+            budgeted = with_budget(request, plan, self.settings)
+            ears = Ears.of(budgeted, self.settings, plan)
+            with ears.listening():
+                result = await run_async(plan, lambda: handler(budgeted), passthrough=PASSTHROUGH)
+            return model_result(request.state, result, partial=ears.ended(result))
 
     def wrap_model_call(
         self,
@@ -272,28 +265,21 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Sync: the call runs on a worker thread the run stops waiting for at the budget (the
         thread cannot be killed: recorded `abandoned`); its token stream stops at the next chunk."""
         with steps_of(request.state):
-            return self._model_call(request, handler)
+            self.settings.check_tool_names(request.tools)
+            if (ended := _ended(self.settings, request)) is not None:
+                return ended
+            if self.settings.fallbacks is not None:
+                return call_chain(self.settings, request, handler)
+            plan = model_plan(self.settings, request.state, sync=True)
+            budgeted = with_budget(request, plan, self.settings)
+            ears = Ears.of(budgeted, self.settings, plan)
 
-    def _model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        self.settings.check_tool_names(request.tools)
-        if (ended := _ended(self.settings, request)) is not None:
-            return ended
-        if self.settings.fallbacks is not None:
-            return call_chain(self.settings, request, handler)
-        plan = model_plan(self.settings, request.state, sync=True)
-        budgeted = with_budget(request, plan, self.settings)
-        ears = Ears.of(budgeted, self.settings, plan)
+            def body() -> ModelResponse[Any]:
+                with ears.listening():
+                    return handler(budgeted)
 
-        def body() -> ModelResponse[Any]:
-            with ears.listening():
-                return handler(budgeted)
-
-        result = run_sync(plan, body, passthrough=PASSTHROUGH)
-        return model_result(request.state, result, partial=ears.ended(result))
+            result = run_sync(plan, body, passthrough=PASSTHROUGH)
+            return model_result(request.state, result, partial=ears.ended(result))
 
     # -- tool calls ----------------------------------------------------------------------------
 
@@ -308,27 +294,20 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         listed after this one may run it (a tool added at run time), or ToolNode answers it
         with its own error."""
         with steps_of(request.state):
-            return await self._atool_call(request, handler)
+            tool = request.tool
+            plan = tool_plan(self.settings, request, sync=getattr(tool, "coroutine", True) is None)
+            own = not isinstance(tool, DeadlineTool)  # a deadline_tool records and answers itself
+            inner: list[StepRecord] = []
 
-    async def _atool_call(
-        self,
-        request: ToolCallRequest,
-        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
-    ) -> ToolResult:
-        tool = request.tool
-        plan = tool_plan(self.settings, request, sync=getattr(tool, "coroutine", True) is None)
-        own = not isinstance(tool, DeadlineTool)  # a deadline_tool records and answers itself
-        inner: list[StepRecord] = []
+            async def body() -> ToolResult:
+                with child_records() as sink:
+                    try:
+                        return await handler(request)
+                    finally:
+                        inner.extend(sink)
 
-        async def body() -> ToolResult:
-            with child_records() as sink:
-                try:
-                    return await handler(request)
-                finally:
-                    inner.extend(sink)
-
-        result = await run_async(plan, body, commit=own, passthrough=PASSTHROUGH)
-        return handed_on(tool_result(request, plan, result, inner, own=own), request.state)
+            result = await run_async(plan, body, commit=own, passthrough=PASSTHROUGH)
+            return handed_on(tool_result(request, plan, result, inner, own=own), request.state)
 
     @ToolHook
     def wrap_tool_call(
@@ -338,27 +317,20 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ToolResult:
         """Sync: past its budget the tool's thread is abandoned (it cannot be killed)."""
         with steps_of(request.state):
-            return self._tool_call(request, handler)
+            tool = request.tool
+            plan = tool_plan(self.settings, request, sync=True)
+            own = not isinstance(tool, DeadlineTool)
+            inner: list[StepRecord] = []
 
-    def _tool_call(
-        self,
-        request: ToolCallRequest,
-        handler: Callable[[ToolCallRequest], ToolResult],
-    ) -> ToolResult:
-        tool = request.tool
-        plan = tool_plan(self.settings, request, sync=True)
-        own = not isinstance(tool, DeadlineTool)
-        inner: list[StepRecord] = []
+            def body() -> ToolResult:
+                with child_records() as sink:
+                    try:
+                        return handler(request)
+                    finally:
+                        inner.extend(sink)
 
-        def body() -> ToolResult:
-            with child_records() as sink:
-                try:
-                    return handler(request)
-                finally:
-                    inner.extend(sink)
-
-        result = run_sync(plan, body, commit=own, passthrough=PASSTHROUGH)
-        return handed_on(tool_result(request, plan, result, inner, own=own), request.state)
+            result = run_sync(plan, body, commit=own, passthrough=PASSTHROUGH)
+            return handed_on(tool_result(request, plan, result, inner, own=own), request.state)
 
 
 def _ended(
