@@ -61,9 +61,12 @@ demo: $(DEMO_STAMP)
 # marked `serial` (a learned streaming rate that another worker's load would stretch) run alone
 # after them. The notebooks run in a pytest of their own: their kernels then do not share the
 # machine with what the whole suite leaves alive in its process (servers, threads, clients).
+# The serial phase prints plain tracebacks: pytest's long ones parse source with `ast`, which on
+# CPython 3.11.7 can race a thread the tests leave running and end the run in an INTERNALERROR
+# that hides which test failed.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not serial" tests
-	$(BIN)/python -m pytest -q -m serial tests
+	$(BIN)/python -m pytest -q --tb=native -m serial tests
 	$(BIN)/python -m pytest -q notebooks
 
 $(LOWEST_STAMP): pyproject.toml scripts/lowest-constraints.txt

@@ -15,6 +15,7 @@ from .._core.observe import RunEvent
 from .._core.plan import new_run_id, run_from_config
 from .._core.records import Outcome
 from .._core.step import named_run
+from .._graph.chunks import graph_run
 from .._graph.run import origin_of, tell_run_ended
 from .._graph.seams import running_config
 from .._graph.state import DeadlineState
@@ -121,7 +122,7 @@ def steps_of(state: Mapping[str, Any]) -> AbstractContextManager[None]:
 
 def entry_keeps_trace() -> bool:
     """True when `with_deadlines` runs the agent: its entry writes the run's records at the
-    run's end (`RunTracker.trace_at_end`), so the middleware's calls leave theirs out of their
+    run's end (`GraphRun.trace_at_end`), so the middleware's calls leave theirs out of their
     updates, as its nodes do (they reach the run's records through the node they run in)."""
-    run = run_from_config(running_config())
+    run = graph_run(running_config())
     return run is not None and run.trace_at_end

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import math
 import random
 import time
@@ -29,7 +28,7 @@ from .cut import GRACE, Cut, Due
 from .deadline import SYSTEM_CLOCK, Deadline
 from .follow import HANDOFF_BETWEEN
 from .observe import emit_step
-from .records import Outcome, StepKind, StepRecord, StepStatus, step_link
+from .records import StepKind, StepRecord, StepStatus, step_link
 from .rules import StepRule, Timings
 
 __all__ = [
@@ -51,8 +50,6 @@ HANDOFF: Final = 0.01
 graceful answer (a timeout message, an outcome in state) is delivered before the enclosing
 scope cancels its caller. Steps limited by their own cap are not shortened."""
 
-
-log = logging.getLogger("langgraph_deadline")
 
 PARENT: Final[ContextVar[str | None]] = ContextVar("langgraph_deadline.parent", default=None)
 """The `link` of the step whose body runs here: a step planned here ran inside it (its record's
@@ -183,7 +180,10 @@ def new_run_id() -> str:
 
 @dataclasses.dataclass(slots=True, eq=False)
 class RunTracker:
-    """Mutable, run-scoped bookkeeping shared by every step of one run (carried in its config)."""
+    """Mutable, run-scoped bookkeeping shared by every step of one run (carried in its config):
+    what the engine needs (its deadline and reserve, its records, the steps in flight, its cancel
+    signal, its one timer). What the graph layer keeps of a run beside it is `GraphRun`'s
+    (`_graph/chunks.py`)."""
 
     deadline: Deadline | None
     reserve: float = 0.0
@@ -191,56 +191,14 @@ class RunTracker:
     records: list[StepRecord] = dataclasses.field(default_factory=list)
     in_flight: dict[int, Plan] = dataclasses.field(default_factory=dict)
     backstop_fired: bool = False
-    noted: Any = None  # the latest full state its stream showed (`latest`)
     run_id: str = dataclasses.field(default_factory=new_run_id)
-    interrupted: bool = False
-    emitted: bool = False
-    outcome: Outcome | None = None  # set by the step that ended the run early
     signal: CancelSignal = dataclasses.field(default_factory=lambda: CancelSignal(current_signal()))
     started_at: float = dataclasses.field(default_factory=time.time)
-    entry: object = None  # the graph whose ainvoke prepared this run, until its astream starts
-    resumable: bool = False  # checkpointed: a step cut mid-superstep can stay pending there
-    final: Any = None  # the state a run that ended early returns
-    final_news: bool = False  # that state says more than the stream did
-    keep_partial: bool = False  # a node cut mid-answer keeps the text it had streamed ...
-    partial: str = ""  # ... here, for the closing reply
-    owed: tuple[Any, ...] = ()  # answers (ToolMessages) a cut step owes the tool calls it was
-    # running, written with the outcome (a tuple: most runs owe none, and keep no list for it)
     # The instant the run's nodes end at (its deadline less reserve and hand-off, for the
     # deadline it was computed from), and the one timer for it (`RunAlarm`).
     step_end: tuple[Deadline, Deadline] | None = None
     alarm: RunAlarm | None = None
-    # Failed attempts so far per task of the framework's that retries them (made on first use).
-    failures: dict[str, int] | None = None
-    # The framework's names for this run (LangGraph's `run_id`, the `thread_id`), for the log.
-    origin: tuple[tuple[str, str], ...] = ()
     book: Timings | None = None  # the latency book attached to the run (`with_deadlines(book=)`)
-    # The run's entry (`with_deadlines`) writes its records to the state once, at its end:
-    # its nodes leave them out of their updates (a checkpoint per step stays the size of the
-    # run's own data, not of its trace).
-    trace_at_end: bool = False
-    # Under `ainvoke`: the output keys its values are read with (`select`), and once a node of
-    # its graph has run, the reader of the graph's channels (LangGraph's; the latest node's, so
-    # a finished node's task is let go), which `latest` asks instead of a note of every chunk
-    # of the stream.
-    select: Any = None
-    read: Callable[[], Any] | None = None
-
-    @property
-    def latest(self) -> Any:
-        """The run's latest full state: its graph's channels as they are now, when read from
-        them, else the last one its stream showed (None: none yet)."""
-        if self.read is not None:
-            try:
-                return self.read()
-            except Exception:  # a LangGraph that reads otherwise: what the stream showed
-                log.warning("could not read the run's state from its graph", exc_info=True)
-                self.read = None
-        return self.noted
-
-    @latest.setter
-    def latest(self, state: Any) -> None:
-        self.noted = state
 
     def close_alarm(self) -> None:
         """The run is over: its nodes' shared timer goes."""
@@ -323,7 +281,7 @@ def step_budget(cap: float | None, left: float | None) -> float | None:
 class Step:
     """A step by its name and limits, as a face runs it: a node, a `@task`, a tool call, a
     model call. Every face follows the one sequence: `plan` decides its budget now, the engine
-    runs the plan (`run.run_async`/`run_sync`: refused below what it needs, else cut at its
+    runs the plan (`step.run_async`/`run_sync`: refused below what it needs, else cut at its
     budget), and the face answers how it ended (`StepResult`)."""
 
     name: str

@@ -1,26 +1,92 @@
-"""What a run's input and stream say about it (a deadline given in the input, the latest full
-state seen in the stream, an interrupt), and the last chunks that tell how it ended."""
+"""A run as its graph knows it (`GraphRun`: the core's `RunTracker` and what the graph layer keeps
+beside it), what its input and stream say about it (a deadline given in the input, the latest
+full state seen in the stream, an interrupt), and the last chunks that tell how it ended."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Mapping
+import dataclasses
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
 from langgraph.types import Command, Overwrite
 
 from .._core.deadline import Deadline
-from .._core.plan import RunTracker
+from .._core.plan import RUN_KEY, RunTracker
 from .._core.records import Outcome
 from .state import deadline_from_state, traced
 
 __all__ = [
+    "GraphRun",
     "NotedStream",
     "closing",
     "closing_chunks",
     "completed_chunks",
     "deadline_given",
+    "graph_run",
     "note_chunk",
 ]
+
+log = logging.getLogger("langgraph_deadline")
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class GraphRun(RunTracker):
+    """A run of a wrapped graph: the engine's bookkeeping (`RunTracker`) and what the graph layer
+    keeps of the run beside it, for its entry, its nodes and its end. Made by the graph's entry
+    (`graph.py`), carried in its config as the tracker is."""
+
+    outcome: Outcome | None = None  # set by the step that ended the run early
+    interrupted: bool = False  # paused on an interrupt: not ended
+    emitted: bool = False  # its end was told to the observers (once)
+    # The framework's names for this run (LangGraph's `run_id`, the `thread_id`), for the log.
+    origin: tuple[tuple[str, str], ...] = ()
+    entry: object = None  # the graph whose ainvoke prepared this run, until its astream starts
+    resumable: bool = False  # checkpointed: a step cut mid-superstep can stay pending there
+    final: Any = None  # the state a run that ended early returns
+    final_news: bool = False  # that state says more than the stream did
+    keep_partial: bool = False  # a node cut mid-answer keeps the text it had streamed ...
+    partial: str = ""  # ... here, for the closing reply
+    owed: tuple[Any, ...] = ()  # answers (ToolMessages) a cut step owes the tool calls it was
+    # running, written with the outcome (a tuple: most runs owe none, and keep no list for it)
+    # Failed attempts so far per task of the framework's that retries them (made on first use).
+    failures: dict[str, int] | None = None
+    # The run's entry (`with_deadlines`) writes its records to the state once, at its end:
+    # its nodes leave them out of their updates (a checkpoint per step stays the size of the
+    # run's own data, not of its trace).
+    trace_at_end: bool = False
+    # Under `ainvoke`: the output keys its values are read with (`select`), and once a node of
+    # its graph has run, the reader of the graph's channels (LangGraph's; the latest node's, so
+    # a finished node's task is let go), which `latest` asks instead of a note of every chunk
+    # of the stream.
+    select: Any = None
+    read: Callable[[], Any] | None = None
+    noted: Any = None  # the latest full state its stream showed (`latest`)
+
+    @property
+    def latest(self) -> Any:
+        """The run's latest full state: its graph's channels as they are now, when read from
+        them, else the last one its stream showed (None: none yet)."""
+        if self.read is not None:
+            try:
+                return self.read()
+            except Exception:  # a LangGraph that reads otherwise: what the stream showed
+                log.warning("could not read the run's state from its graph", exc_info=True)
+                self.read = None
+        return self.noted
+
+    @latest.setter
+    def latest(self, state: Any) -> None:
+        self.noted = state
+
+
+def graph_run(config: Mapping[str, Any] | None) -> GraphRun | None:
+    """The run of a wrapped graph that `config` belongs to (None: none, or a tracker the graph
+    layer did not make)."""
+    if not config:
+        return None
+    run = config.get("configurable", {}).get(RUN_KEY)
+    return run if isinstance(run, GraphRun) else None
 
 
 def deadline_given(input: Any) -> Deadline | None:
@@ -34,7 +100,7 @@ def deadline_given(input: Any) -> Deadline | None:
     return None if value is None else deadline_from_state({"deadline": value})
 
 
-def note_chunk(run: RunTracker, chunk: Any, mode: Any) -> None:
+def note_chunk(run: GraphRun, chunk: Any, mode: Any) -> None:
     """Keep the latest full state seen in the stream, for a run that must end early."""
     if type(chunk) is tuple and len(chunk) == 2 and type(mode) is not str:
         # `(mode, payload)`: the two chunks of every step under LangGraph's `ainvoke`, first and
@@ -66,13 +132,13 @@ def note_chunk(run: RunTracker, chunk: Any, mode: Any) -> None:
 class NotedStream:
     """A stream of LangGraph's with each chunk noted (`note_chunk`) on its way: an object, not
     one more generator frame, for every run `DeadlineGraph.ainvoke` makes. Once the run reads
-    its state from its graph (`RunTracker.read`, given by its first node), the chunks pass as
+    its state from its graph (`GraphRun.read`, given by its first node), the chunks pass as
     they are. It closes as the stream it wraps does (`aclose`, for a reader that closes what
     it reads)."""
 
     __slots__ = ("_inner", "_mode", "_run")
 
-    def __init__(self, inner: AsyncGenerator[Any, None], run: RunTracker, mode: Any) -> None:
+    def __init__(self, inner: AsyncGenerator[Any, None], run: GraphRun, mode: Any) -> None:
         self._inner = inner
         self._run = run
         self._mode = mode
@@ -127,7 +193,7 @@ def closing_chunks(
 
 
 def closing(
-    state: Any, run: RunTracker, mode: Any, kwargs: Mapping[str, Any], *, news: bool = False
+    state: Any, run: GraphRun, mode: Any, kwargs: Mapping[str, Any], *, news: bool = False
 ) -> list[Any]:
     """The chunks that tell a stream's consumer how the run ended early (none when the stream
     already said all of it: the step that ran out wrote its outcome itself; `news` when it
@@ -149,7 +215,7 @@ def closing(
 def completed_chunks(
     has_fields: bool,
     outcome: Outcome | None,
-    run: RunTracker,
+    run: GraphRun,
     mode: Any,
     kwargs: Mapping[str, Any],
 ) -> list[Any]:

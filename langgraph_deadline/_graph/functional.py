@@ -17,9 +17,9 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import Command
 
-from .._core.plan import run_from_config
 from .._core.rules import StepRule, Timings
 from .._core.validate import check_caps_fit, check_fits, check_limit, check_viable, floor_of
+from .chunks import graph_run
 from .following import PastFollowers, past_followers
 from .graph import DeadlineRuns
 from .inputs import without_fields
@@ -111,7 +111,7 @@ class _EntryStep(Runnable[Any, Any]):
 
     def _learn(self, config: RunnableConfig) -> None:
         """What followed each task in this run (its records so far), for the next runs."""
-        run = run_from_config(config)
+        run = graph_run(config)
         if run is not None:
             self._tasks.learn(run.records)
 

@@ -31,10 +31,11 @@ from langgraph.types import Command, Overwrite, StateUpdate
 
 from .._core.cut import Cut
 from .._core.errors import DeadlineExceeded
-from .._core.plan import RUN_KEY, RunAlarm, RunTracker, run_step_end
+from .._core.plan import RUN_KEY, RunAlarm, run_step_end
 from .._core.records import Outcome
 from .._core.sync_http import ensure as ensure_http
 from .chunks import (
+    GraphRun,
     NotedStream,
     closing,
     completed_chunks,
@@ -145,7 +146,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         input as LangGraph gets it."""
         cfg: RunnableConfig = dict(config or {})  # type: ignore[assignment]
         existing = cfg.get("configurable", {}).get(RUN_KEY)
-        if isinstance(existing, RunTracker) and existing.entry is self:
+        if isinstance(existing, GraphRun) and existing.entry is self:
             existing.entry = None  # ainvoke prepared this run; astream goes on with it
             return Run(self, self._lgd_settings, existing, cfg), input
         check_thread(self.checkpointer, cfg)
@@ -164,7 +165,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             )
             input = fresh_run_input(input, None if d is None else d.timestamp, empty=empty)
         ensure_http()  # (a model call its library runs on a thread: `sync_http.py`)
-        run = RunTracker(
+        run = GraphRun(
             deadline=d, reserve=settings.reserve, resumable=saved(self, cfg), origin=origin_of(cfg)
         )
         run.book = settings.book
@@ -175,11 +176,11 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         cfg["configurable"] = {**cfg.get("configurable", {}), RUN_KEY: run}
         return Run(self, settings, run, cfg), input
 
-    def _prepared(self, config: RunnableConfig | None) -> RunTracker | None:
+    def _prepared(self, config: RunnableConfig | None) -> GraphRun | None:
         """The run our own `invoke`/`ainvoke` prepared for the stream it reads through
         LangGraph's (None: a caller's stream)."""
         run = (config or {}).get("configurable", {}).get(RUN_KEY)
-        return run if isinstance(run, RunTracker) and run.entry is self else None
+        return run if isinstance(run, GraphRun) and run.entry is self else None
 
     def _sent(self, input: Any) -> Any:
         """`input` as LangGraph gets it: without the deadline fields a state lacks (the run
@@ -426,7 +427,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             await adrive(life.keep_end(done, result))
         return returned
 
-    def _completed(self, result: Any, run: RunTracker) -> tuple[Any, Outcome | None]:
+    def _completed(self, result: Any, run: GraphRun) -> tuple[Any, Outcome | None]:
         """What `invoke` returns for a run LangGraph finished, and its outcome when the run
         completed (None when it ended early or is paused: nothing more to write)."""
         if run.final is not None:  # ended early: the state its stream ended with
@@ -460,7 +461,7 @@ def _run_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs if control is given else {**kwargs, "control": control}
 
 
-def _fire_backstop(run: RunTracker, backstop: Cut) -> None:
+def _fire_backstop(run: GraphRun, backstop: Cut) -> None:
     """The run's deadline passed: close the steps still in flight, then cancel the run."""
     run.fire_backstop()
     backstop.cancel()

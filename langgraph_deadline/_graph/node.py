@@ -38,7 +38,7 @@ from langgraph.runtime import Runtime
 from .._core.context import current_deadline
 from .._core.deadline import Deadline
 from .._core.errors import DeadlineExceeded
-from .._core.plan import Plan, RunTracker, Step, run_from_config
+from .._core.plan import Plan, Step
 from .._core.records import Outcome, StepRecord, StepStatus, Terminal, ended_short
 from .._core.rules import StepRule
 from .._core.step import (
@@ -63,6 +63,7 @@ from .._core.validate import (
 )
 from .._core.workers import SyncBody
 from .answers import close_pending
+from .chunks import GraphRun, graph_run
 from .inputs import plain_input
 from .messages import ToolResults, messages_of, open_tool_calls
 from .retries import policies, retries_on, would_not_fit
@@ -105,7 +106,7 @@ def has_fields(state: Any) -> bool:
     return fields is not None and "deadline_trace" in fields
 
 
-def _traced(state: Any, run: RunTracker | None) -> bool:
+def _traced(state: Any, run: GraphRun | None) -> bool:
     """True when a node's update carries its records: a state with the deadline fields, in a
     run whose entry does not write them all at its end (a hand-built graph)."""
     return (run is None or not run.trace_at_end) and has_fields(state)
@@ -114,7 +115,7 @@ def _traced(state: Any, run: RunTracker | None) -> bool:
 def ended(
     state: Any,
     result: StepResult[Any],
-    run: RunTracker | None,
+    run: GraphRun | None,
     children: Sequence[StepRecord] = (),
     reason: str | None = None,
     finished: Mapping[str, ToolMessage] | None = None,
@@ -186,7 +187,7 @@ def ended(
     return update or None
 
 
-def _node_inside(record: StepRecord, run: RunTracker | None) -> StepRecord | None:
+def _node_inside(record: StepRecord, run: GraphRun | None) -> StepRecord | None:
     """A node run inside this one (a `@task` its entrypoint awaits) still in flight past its
     own deadline when this one was cut at the run's: the run ran out in it. Its cut is due a
     hand-off before this one's; on a busy loop both are due at once and this one's may be
@@ -207,7 +208,7 @@ def finish(
     children: list[StepRecord],
     plan: Plan,
     settings: NodeSettings,
-    run: RunTracker | None,
+    run: GraphRun | None,
     finished: Mapping[str, ToolMessage] | None = None,
 ) -> Any:
     """The node's return value: its update with its records, the early end, or its own error.
@@ -251,7 +252,7 @@ def dropped(
     record: StepRecord,
     children: Sequence[StepRecord],
     finished: Mapping[str, ToolMessage] | None,
-    run: RunTracker | None = None,
+    run: GraphRun | None = None,
 ) -> Any:
     """An optional node cut at its own budget: no update of its own (the open tool calls it was
     answering get their answers), its record in the trace, and the run goes on. A `@task`
@@ -270,7 +271,7 @@ def dropped(
 
 
 def finish_unbounded(
-    state: Any, value: Any, children: list[StepRecord], run: RunTracker | None = None
+    state: Any, value: Any, children: list[StepRecord], run: GraphRun | None = None
 ) -> Any:
     """The update of a node that nothing bounded and that completed: the records of the steps
     inside it, and none of its own (see `NodeStep`)."""
@@ -281,7 +282,7 @@ def finish_unbounded(
 
 
 def _retry_would_not_fit(
-    error: BaseException, plan: Plan, settings: NodeSettings, run: RunTracker | None
+    error: BaseException, plan: Plan, settings: NodeSettings, run: GraphRun | None
 ) -> str | None:
     """Why LangGraph's retry of this failed attempt must not start, or None if it may (the rule
     is `retries.would_not_fit`, which the retry loop's guard applies to errors raised around
@@ -319,7 +320,7 @@ class NodeStep:
         )
         object.__setattr__(self, "step", step)
 
-    def _bounded(self, state: Any, run: RunTracker | None) -> tuple[bool, Deadline | None]:
+    def _bounded(self, state: Any, run: GraphRun | None) -> tuple[bool, Deadline | None]:
         """Whether anything bounds this run of the node (its cap, a deadline in state, the
         run's, one in context), and the deadline its state holds."""
         if run is not None and run.deadline is not None:
@@ -342,7 +343,7 @@ class NodeStep:
         past the budget, since the thread that runs them cannot be stopped."""
         if already_ended(state):
             return None
-        run = run_from_config(config)
+        run = graph_run(config)
         if run is not None and run.select is not None:
             run.read = state_reader(config, run.select, run.read)  # (its graph's nodes only)
         bounded, deadline = self._bounded(state, run)
@@ -379,7 +380,7 @@ class NodeStep:
         holds it; else one is made for model calls that read the context)."""
         if already_ended(state):
             return None
-        run = run_from_config(config)
+        run = graph_run(config)
         if run is not None and run.select is not None:
             run.read = state_reader(config, run.select, run.read)  # (its graph's nodes only)
         bounded, deadline = self._bounded(state, run)
@@ -427,7 +428,7 @@ class NodeStep:
         state: Any,
         config: RunnableConfig,
         body: Callable[[], Awaitable[Any]],
-        run: RunTracker | None,
+        run: GraphRun | None,
         finished: Mapping[str, ToolMessage] | None,
         on_thread: bool,
     ) -> Any:
@@ -447,7 +448,7 @@ class NodeStep:
         state: Any,
         config: RunnableConfig,
         body: Callable[[RunnableConfig], Any],
-        run: RunTracker | None,
+        run: GraphRun | None,
         finished: Mapping[str, ToolMessage] | None,
     ) -> Any:
         started = time.monotonic()
@@ -464,7 +465,7 @@ class NodeStep:
         self,
         exc: BaseException,
         config: RunnableConfig,
-        run: RunTracker | None,
+        run: GraphRun | None,
         started: float,
         sync: bool,
     ) -> tuple[Plan, StepResult[Any]] | None:
@@ -476,7 +477,7 @@ class NodeStep:
 
 
 def listening(
-    state: Any, run: RunTracker | None, finished: Mapping[str, ToolMessage] | None
+    state: Any, run: GraphRun | None, finished: Mapping[str, ToolMessage] | None
 ) -> PartialAnswer | None:
     """A collector of the text a node streams, for a node that may answer the user (a messages
     state, no tool calls to answer) in a run whose closing reply keeps a cut answer."""
@@ -485,7 +486,7 @@ def listening(
     return PartialAnswer() if messages_of(state) is not None else None
 
 
-def kept(said: PartialAnswer | None, result: StepResult[Any], run: RunTracker | None) -> None:
+def kept(said: PartialAnswer | None, result: StepResult[Any], run: GraphRun | None) -> None:
     """A node cut mid-answer: what it had said goes to the closing reply."""
     if said is not None and run is not None and result.status.cut and said.text:
         run.partial = said.text
@@ -744,7 +745,7 @@ class _BudgetedRunnable(RunnableLambda[Any, Any]):
     ) -> Coroutine[Any, Any, Any]:
         # The body's coroutine itself, not one more awaiting it: every node call goes through.
         cfg, results = _collecting_tool_results(input, config or {})
-        said = listening(input, run_from_config(cfg), results)
+        said = listening(input, graph_run(cfg), results)
         if said is not None:  # the body runs with this config, not the one in context
             cfg = merge_configs(cfg, {"callbacks": [said]})
         body = functools.partial(self._runnable.ainvoke, input, cfg)

@@ -23,8 +23,8 @@ from langgraph.errors import GraphDrained
 from langgraph.types import RetryPolicy
 
 from .._core.deadline import Deadline
-from .._core.plan import RunTracker
 from .._core.records import Outcome, Terminal
+from .chunks import GraphRun
 from .seams import DRAIN_REASON
 
 __all__ = [
@@ -43,7 +43,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-_RUN: Final[ContextVar[RunTracker | None]] = ContextVar("langgraph_deadline.run", default=None)
+_RUN: Final[ContextVar[GraphRun | None]] = ContextVar("langgraph_deadline.run", default=None)
 
 
 def would_not_fit(
@@ -138,7 +138,7 @@ class RetryGuard:
         raise GraphDrained(DRAIN_REASON) from error
 
 
-def _failed_attempts(run: RunTracker, error: Exception, name: str) -> int:
+def _failed_attempts(run: GraphRun, error: Exception, name: str) -> int:
     """This failure's attempt number: the failures so far of the task that raised `error`.
 
     LangGraph's retry loop notes on the error which task it ran ("During task with name ...
@@ -171,25 +171,25 @@ def guard_retries(compiled: Any, min_viable: Mapping[str, float]) -> bool:
 # -- the run, in the context LangGraph starts its tasks from -----------------------------------
 
 
-def enter_run(run: RunTracker) -> Token[RunTracker | None]:
+def enter_run(run: GraphRun) -> Token[GraphRun | None]:
     """`run` is the run LangGraph's loop runs from here (`ainvoke`, `invoke`): a token to leave
     it with (`leave_run`). Not a context manager: it is one object less alive per run."""
     return _RUN.set(run)
 
 
-def leave_run(token: Token[RunTracker | None] | None) -> None:
+def leave_run(token: Token[GraphRun | None] | None) -> None:
     """Leave the run `enter_run` entered (None: none was)."""
     if token is not None:
         _RUN.reset(token)
 
 
-def in_run(run: RunTracker, stream: Iterator[T], *, guarded: bool) -> Iterator[T]:
+def in_run(run: GraphRun, stream: Iterator[T], *, guarded: bool) -> Iterator[T]:
     """`stream`, each of its steps run with `run` in context when the graph has retry guards
     (`guarded`); else `stream` itself (no object more per run)."""
     return InRun(run, stream) if guarded else stream
 
 
-def ain_run(run: RunTracker, stream: Any, *, guarded: bool) -> Any:
+def ain_run(run: GraphRun, stream: Any, *, guarded: bool) -> Any:
     """`in_run` for an async stream (closed as it is: `aclose`)."""
     return AsyncInRun(run, stream) if guarded else stream
 
@@ -200,7 +200,7 @@ class InRun(Generic[T]):
 
     __slots__ = ("_inner", "_run")
 
-    def __init__(self, run: RunTracker, inner: Iterator[T]) -> None:
+    def __init__(self, run: GraphRun, inner: Iterator[T]) -> None:
         self._run = run
         self._inner = inner
 
@@ -220,7 +220,7 @@ class AsyncInRun(Generic[T]):
 
     __slots__ = ("_inner", "_run")
 
-    def __init__(self, run: RunTracker, inner: AsyncIterator[T]) -> None:
+    def __init__(self, run: GraphRun, inner: AsyncIterator[T]) -> None:
         self._run = run
         self._inner = inner
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from .._core.plan import run_from_config
+from .chunks import graph_run
 
 __all__ = ["guard_branches"]
 
@@ -33,13 +33,13 @@ class _Guard(Runnable[Any, Any]):
         self.name = path.get_name()
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        run = run_from_config(config)
+        run = graph_run(config)
         if run is not None and run.outcome is not None:
             return []
         return self.path.invoke(input, config, **kwargs)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        run = run_from_config(config)
+        run = graph_run(config)
         if run is not None and run.outcome is not None:
             return []
         return await self.path.ainvoke(input, config, **kwargs)

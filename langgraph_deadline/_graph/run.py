@@ -60,11 +60,11 @@ from langgraph.types import Command, Interrupt, Overwrite
 from .._core.deadline import SYSTEM_CLOCK, Deadline, earliest
 from .._core.errors import DeadlineExceeded
 from .._core.observe import RunEvent, emit_run
-from .._core.plan import RUN_KEY, RunTracker
+from .._core.plan import RUN_KEY
 from .._core.records import Outcome, Terminal
 from .._core.validate import check_timestamp
 from .answers import answer_open_calls
-from .chunks import closing_chunks
+from .chunks import GraphRun, closing_chunks
 from .messages import ending_messages, is_ending, messages_of
 from .seams import DRAIN_REASON
 from .settings import GraphSettings
@@ -194,7 +194,7 @@ def exceeded(outcome: Outcome, deadline: Deadline | None, state: Any) -> Deadlin
     )
 
 
-def final_outcome(run: RunTracker, state: Any) -> Outcome | None:
+def final_outcome(run: GraphRun, state: Any) -> Outcome | None:
     """The outcome of a run that returned normally: the early end in its state (a sub-agent's,
     a subgraph's), else completed, in this run's time (None while it is paused on an
     interrupt)."""
@@ -210,7 +210,7 @@ def final_outcome(run: RunTracker, state: Any) -> Outcome | None:
     return Outcome(terminal=Terminal.COMPLETED, elapsed_ms=elapsed)
 
 
-def outcome_from(run: RunTracker, default_reason: str | None) -> Outcome:
+def outcome_from(run: GraphRun, default_reason: str | None) -> Outcome:
     """A `deadline_exceeded` outcome naming the steps of this run that ran out."""
     steps = sorted({r.name for r in run.records if r.status.ran_out})
     step = ", ".join(steps) if steps else None
@@ -225,7 +225,7 @@ def outcome_from(run: RunTracker, default_reason: str | None) -> Outcome:
     )
 
 
-def emit_run_outcome(run: RunTracker, outcome: Outcome | None) -> None:
+def emit_run_outcome(run: GraphRun, outcome: Outcome | None) -> None:
     """Tell the observers how the run ended, once (`tell_run_ended`)."""
     if outcome is None or run.emitted:
         return
@@ -336,7 +336,7 @@ def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal | 
     return None if "__interrupt__" in result else Terminal.COMPLETED
 
 
-def reraise_with_state(exc: DeadlineExceeded, run: RunTracker) -> None:
+def reraise_with_state(exc: DeadlineExceeded, run: GraphRun) -> None:
     """Re-raise `exc`; one that carries no state yet is raised again, complete, with the run's
     latest state (never set on the error after it was raised)."""
     if exc.state is not None:
@@ -360,7 +360,7 @@ write takes milliseconds; a stuck one must not keep a cancelled caller waiting).
 _PERSIST = "langgraph_deadline: write the outcome"
 
 
-def ran_out_at_the_end(run: RunTracker, values: Any = None) -> bool:
+def ran_out_at_the_end(run: GraphRun, values: Any = None) -> bool:
     """True when a run that LangGraph finished ended early all the same: a step ran out at its
     very end, or a sub-agent or a node in a subgraph wrote the outcome into the state (its last
     `values`, when the caller has them; else the run's `latest`)."""
@@ -415,14 +415,14 @@ def _writing() -> Iterator[None]:
         log.warning("could not write the deadline outcome to the checkpoint", exc_info=True)
 
 
-def _end_update(run: RunTracker, outcome: Outcome | None, values: Any) -> dict[str, Any]:
+def _end_update(run: GraphRun, outcome: Outcome | None, values: Any) -> dict[str, Any]:
     update = _records_update(run, values)
     if outcome is not None and outcome.ok:
         update["deadline_outcome"] = outcome.to_dict()
     return update
 
 
-def _left(run: RunTracker, snapshot: Any, outcome: Outcome) -> tuple[Outcome, dict[str, Any]]:
+def _left(run: GraphRun, snapshot: Any, outcome: Outcome) -> tuple[Outcome, dict[str, Any]]:
     """How a run its caller left ends, from its thread (`snapshot`), and the update that says
     so (none when the thread ended already, or is an earlier run's that finished)."""
     values: Mapping[str, Any] = snapshot.values if isinstance(snapshot.values, Mapping) else {}
@@ -437,9 +437,9 @@ def _left(run: RunTracker, snapshot: Any, outcome: Outcome) -> tuple[Outcome, di
     return outcome, {**update, **_records_update(run, values)}
 
 
-def _records_update(run: RunTracker, latest: Any) -> dict[str, Any]:
+def _records_update(run: GraphRun, latest: Any) -> dict[str, Any]:
     """The write that gives a run's checkpoint the records its state lacks (under
-    `with_deadlines` its steps leave them out of their updates: `RunTracker.trace_at_end`),
+    `with_deadlines` its steps leave them out of their updates: `GraphRun.trace_at_end`),
     appended in the order they ended; given no state (a stream that did not carry values),
     the run's last records."""
     values: Mapping[str, Any] = latest if isinstance(latest, Mapping) else {}
@@ -500,7 +500,7 @@ class Run:
         self,
         graph: Pregel[Any, Any, Any, Any],
         settings: GraphSettings,
-        tracker: RunTracker,
+        tracker: GraphRun,
         cfg: RunnableConfig,
     ) -> None:
         self.graph = graph
@@ -641,7 +641,7 @@ class Run:
     def keep_end(self, outcome: Outcome | None, values: Any) -> Steps[None]:
         """A run that finished (`outcome` completed) or paused on an interrupt (None): with the
         deadline fields, its checkpoint gets the records its nodes left out of their updates (see
-        `RunTracker.trace_at_end`) and a completed run its outcome, which LangGraph's own end
+        `GraphRun.trace_at_end`) and a completed run its outcome, which LangGraph's own end
         leaves without one, so that a thread read later tells it from a run cancelled or out of
         time. (Not from the state's channel: LangGraph tells channels a run ends also when `Send`
         tasks are still to come.) `values`: the run's last state, as LangGraph gave it."""

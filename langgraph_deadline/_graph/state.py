@@ -112,7 +112,7 @@ def missing_records(values: Mapping[str, Any], records: Sequence[StepRecord]) ->
 
 def traced(values: Mapping[str, Any], records: Sequence[StepRecord]) -> list[StepRecord]:
     """The trace a run's last state shows: the run's `records` in their order (the nodes leave
-    them out of their updates under `with_deadlines`: `RunTracker.trace_at_end`), after those
+    them out of their updates under `with_deadlines`: `GraphRun.trace_at_end`), after those
     of the state's trace that are not the run's (an earlier part of it, before an interrupt)."""
     own = records[-TRACE_WINDOW:]
     known = values.get("deadline_trace") or ()

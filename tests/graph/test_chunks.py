@@ -14,8 +14,7 @@ from langgraph.types import Command, Overwrite
 from typing_extensions import TypedDict
 
 from langgraph_deadline import Deadline, DeadlineState, with_deadlines
-from langgraph_deadline._core.plan import RunTracker
-from langgraph_deadline._graph.chunks import closing_chunks, deadline_given, note_chunk
+from langgraph_deadline._graph.chunks import GraphRun, closing_chunks, deadline_given, note_chunk
 
 
 class Steps(TypedDict):
@@ -32,13 +31,13 @@ class Steps(TypedDict):
     ],
 )
 def test_the_latest_full_state_is_kept_from_every_stream_format(mode: Any, chunk: Any) -> None:
-    run = RunTracker(deadline=None)
+    run = GraphRun(deadline=None)
     note_chunk(run, chunk, mode)
     assert run.latest == {"n": 1}
 
 
 def test_an_interrupt_in_the_stream_is_noticed_and_subgraph_values_are_not_the_state() -> None:
-    run = RunTracker(deadline=None)
+    run = GraphRun(deadline=None)
     note_chunk(run, ("updates", {"__interrupt__": ()}), ["updates", "values"])
     assert run.interrupted
     note_chunk(run, (("sub",), "values", {"inner": 1}), ["values"])

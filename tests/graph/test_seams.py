@@ -216,7 +216,7 @@ def test_a_tasks_writer_writes_to_the_state_beside_what_the_node_returns() -> No
 
 
 def test_a_nodes_reader_reads_its_graphs_state_as_the_values_stream_shows_it() -> None:
-    """`RunTracker.latest` under `ainvoke` (`state_reader`): what a node reads, later, is the
+    """`GraphRun.latest` under `ainvoke` (`state_reader`): what a node reads, later, is the
     state the graph's `values` stream showed last, not the node's own writes."""
     from langgraph._internal._constants import CONFIG_KEY_READ
 
