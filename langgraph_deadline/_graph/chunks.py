@@ -12,7 +12,7 @@ from typing import Any
 from langgraph.types import Command, Overwrite
 
 from .._core.deadline import Deadline
-from .._core.plan import RUN_KEY, RunTracker
+from .._core.plan import RunTracker, run_from_config
 from .._core.records import Outcome
 from .state import deadline_from_state, traced
 
@@ -82,10 +82,8 @@ class GraphRun(RunTracker):
 
 def graph_run(config: Mapping[str, Any] | None) -> GraphRun | None:
     """The run of a wrapped graph that `config` belongs to (None: none, or a tracker the graph
-    layer did not make)."""
-    if not config:
-        return None
-    run = config.get("configurable", {}).get(RUN_KEY)
+    layer did not make): the core's `run_from_config`, of the graph's kind."""
+    run = run_from_config(config)
     return run if isinstance(run, GraphRun) else None
 
 
