@@ -8,6 +8,9 @@ docs/architecture.md ("The figures") quotes those ceilings.
   `ToolArgs`, LangChain's `@tool`'s; `CompileArgs`, LangGraph's `compile()`'s).
 - **long functions**: functions whose code (docstring left out) is over 60 lines.
 - **twins**: a sync/async pair, `name` and `aname` in one module or class.
+- **outside**: functions standing outside the class they serve: a module-level function whose
+  first parameter is the run (`RunTracker`, `GraphRun`, `Run`) or the graph (`DeadlineRuns`)
+  and that reads or writes it, a method written outside its class.
 - **the ordinary run**: a capped node calling httpx through `deadline_hooks()`, then a
   `ToolNode` calling a `deadline_tool` that calls httpx, run once warm under a profiler: the
   package's modules it executes, their lines, and those lines over the lines of the functions
@@ -105,6 +108,42 @@ def twins() -> list[str]:
                 if bare.startswith("a") and lead + bare[1:] in names:
                     found.append(f"{path.relative_to(PKG)}:{lead + bare[1:]}/{name}")
     return found
+
+
+RUN_CLASSES = frozenset({"RunTracker", "GraphRun", "Run", "DeadlineRuns"})
+"""The run's classes and the graph's: the objects a run's functions belong to."""
+
+
+def _standing_outside(tree: ast.Module) -> list[str]:
+    """The module-level functions of `tree` whose first parameter is one of `RUN_CLASSES` (by
+    name, quoted or not) and that read or write it."""
+    found = []
+    for f in tree.body:
+        if not isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) or not f.args.args:
+            continue
+        first = f.args.args[0]
+        kind = first.annotation
+        name = kind.id if isinstance(kind, ast.Name) else getattr(kind, "value", None)
+        if name not in RUN_CLASSES:
+            continue
+        uses = (
+            isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == first.arg
+            for n in ast.walk(f)
+        )
+        if any(uses):
+            found.append(f.name)
+    return found
+
+
+def outside() -> list[str]:
+    """`path:function` of every function standing outside the run's or the graph's class."""
+    return [
+        f"{path.relative_to(PKG)}:{name}"
+        for path in sorted(PKG.rglob("*.py"))
+        for name in _standing_outside(ast.parse(path.read_text()))
+    ]
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from langgraph.types import Command
 from .._core.plan import Plan
 from .._core.records import StepRecord, StepStatus
 from .._core.step import StepResult, refused, run_async, run_sync
-from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state
 from .model import Choice, Fallbacks, Pick, mark_messages, pick, why_next
 from .model_calls import MODEL_STEP, Ears, gave_up, model_plan, model_result, with_budget
@@ -131,7 +130,7 @@ async def acall_chain(
         call = _request_for(request, step, chain[step.at], settings)
         ears = Ears.of(call, settings, step.plan)
         with ears.listening():
-            result = await run_async(step.plan, partial(handler, call), passthrough=PASSTHROUGH)
+            result = await run_async(step.plan, partial(handler, call))
         said = ears.ended(result)
         step = _then(request.state, chain, plan_of, rule, step, result, earlier, said)
     return step
@@ -150,7 +149,7 @@ def call_chain(
         call = _request_for(request, step, chain[step.at], settings)
         ears = Ears.of(call, settings, step.plan)
         body = _body(handler, call, ears)
-        result = run_sync(step.plan, body, passthrough=PASSTHROUGH)
+        result = run_sync(step.plan, body)
         said = ears.ended(result)
         step = _then(request.state, chain, plan_of, rule, step, result, earlier, said)
     return step

@@ -32,7 +32,6 @@ from .._core.rules import StepRule
 from .._core.step import child_records, refused, run_async, run_sync
 from .._core.validate import show
 from .._graph.following import found_book
-from .._graph.seams import PASSTHROUGH
 from .._graph.state import deadline_from_state, fresh_run_update
 from .._learn.book import LatencyBook
 from .._tools.tool import DeadlineTool
@@ -254,7 +253,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             budgeted = with_budget(request, plan, self.settings)
             ears = Ears.of(budgeted, self.settings, plan)
             with ears.listening():
-                result = await run_async(plan, lambda: handler(budgeted), passthrough=PASSTHROUGH)
+                result = await run_async(plan, lambda: handler(budgeted))
             return model_result(request.state, result, partial=ears.ended(result))
 
     def wrap_model_call(
@@ -278,7 +277,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 with ears.listening():
                     return handler(budgeted)
 
-            result = run_sync(plan, body, passthrough=PASSTHROUGH)
+            result = run_sync(plan, body)
             return model_result(request.state, result, partial=ears.ended(result))
 
     # -- tool calls ----------------------------------------------------------------------------
@@ -306,7 +305,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                     finally:
                         inner.extend(sink)
 
-            result = await run_async(plan, body, commit=own, passthrough=PASSTHROUGH)
+            result = await run_async(plan, body, commit=own)
             return handed_on(tool_result(request, plan, result, inner, own=own), request.state)
 
     @ToolHook
@@ -329,7 +328,7 @@ class DeadlineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                     finally:
                         inner.extend(sink)
 
-            result = run_sync(plan, body, commit=own, passthrough=PASSTHROUGH)
+            result = run_sync(plan, body, commit=own)
             return handed_on(tool_result(request, plan, result, inner, own=own), request.state)
 
 

@@ -50,7 +50,6 @@ from .._core.validate import (
     check_step_cap,
     show,
 )
-from .._graph.seams import PASSTHROUGH
 from .._graph.streams import stopping_streams, watching_streams
 from .._learn.book import LatencyBook
 from .._learn.policy import Learned
@@ -464,7 +463,6 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
                 chosen.plan,
                 lambda: model.invoke(said, call_cfg, **options),
                 run=run_from_config(cfg),
-                passthrough=PASSTHROUGH,
             )
         if timing is not None:
             timing.close(cut=result.status.cut)
@@ -531,7 +529,6 @@ class BudgetedModel(Runnable[LanguageModelInput, T], Generic[T]):
                 chosen.plan,
                 lambda: model.ainvoke(said, call_cfg, **options),
                 run=run_from_config(cfg),
-                passthrough=PASSTHROUGH,
             )
         if timing is not None:
             timing.close(cut=result.status.cut)

@@ -5,8 +5,8 @@
   (`run_from_config`): its deadline and reserve, its records, the plans of the steps in flight.
 - `Step`, `Plan`: a step by its name and limits, and its budget against every
   deadline it knows (the one in state, the one in context, the run's).
-- `run_step_end`, `RunAlarm`: the one instant the run's clamped steps end at, and the one timer
-  for it (below).
+- `RunTracker.steps_end`, `RunAlarm`: the one instant the run's clamped steps end at, and the
+  one timer for it (below).
 
 A step is planned against its run, and the run holds the plans of its steps in flight, the
 instant they end at and the timer for that instant.
@@ -41,7 +41,6 @@ __all__ = [
     "current_parent",
     "new_run_id",
     "run_from_config",
-    "run_step_end",
     "step_budget",
 ]
 
@@ -200,6 +199,17 @@ class RunTracker:
     alarm: RunAlarm | None = None
     book: Timings | None = None  # the latency book attached to the run (`with_deadlines(book=)`)
 
+    def steps_end(self) -> Deadline:
+        """The instant every step clamped by the run's own deadline ends at: the same `Deadline`
+        object for all of them, so that they can share one timer (`RunAlarm`)."""
+        assert self.deadline is not None
+        kept = self.step_end
+        if kept is not None and kept[0] is self.deadline:
+            return kept[1]
+        end = self.deadline._moved(-(self.reserve + HANDOFF))
+        self.step_end = (self.deadline, end)
+        return end
+
     def close_alarm(self) -> None:
         """The run is over: its nodes' shared timer goes."""
         if self.alarm is not None:
@@ -245,18 +255,6 @@ def run_from_config(config: Mapping[str, Any] | None) -> RunTracker | None:
 
 
 # -- planning a step ------------------------------------------------------------------------------
-
-
-def run_step_end(run: RunTracker) -> Deadline:
-    """The instant every step clamped by the run's own deadline ends at: the same `Deadline`
-    object for all of them, so that they can share one timer (`RunAlarm`)."""
-    assert run.deadline is not None
-    kept = run.step_end
-    if kept is not None and kept[0] is run.deadline:
-        return kept[1]
-    end = run.deadline._moved(-(run.reserve + HANDOFF))
-    run.step_end = (run.deadline, end)
-    return end
 
 
 @overload
@@ -386,7 +384,7 @@ class Step:
         if clock is not SYSTEM_CLOCK:
             now = clock.monotonic()
         left = max(0.0, d._mono - now)
-        shared = False  # the run's own deadline sets this budget (see `run_step_end`)
+        shared = False  # the run's own deadline sets this budget (see `RunTracker.steps_end`)
         if reserve is not None:
             budget = left - reserve
         else:
@@ -410,7 +408,7 @@ class Step:
         budget = step_budget(cap, budget)
         if shared and budget > 0.0:
             assert run is not None
-            ends = run_step_end(run)
+            ends = run.steps_end()
         else:
             ends = d._moved(now + budget - d._mono) if now + budget < d._mono else d
         if held > passed and budget > HANDOFF_BETWEEN:  # (what it keeps back itself)
@@ -502,8 +500,8 @@ class RunAlarm:
     """One timer per run for the instant its clamped steps end at.
 
     Every node of a run whose budget is the run's own deadline (less its reserve and the
-    hand-off) ends at the same instant (`run_step_end`). Rather than one event-loop timer per
-    node, the run keeps this one, armed on first use; the nodes' cuts join it while they run.
+    hand-off) ends at the same instant (`RunTracker.steps_end`). Rather than one event-loop timer
+    per node, the run keeps this one, armed on first use; the nodes' cuts join it while they run.
     They are registered with the run's cancel signal anyway, so the alarm finds them there and
     keeps no set of its own. A run that `ainvoke` started arms it at once, and it goes on to the
     run's backstop: one timer for both instants. The backstop waits, up to the cuts' `GRACE`,

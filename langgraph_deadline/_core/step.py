@@ -5,7 +5,7 @@ record (the run's records, the enclosing node's trace, the observers).
 
 The arithmetic (`plan.py`) and the cancellation live here once, for nodes, tools, model calls and
 HTTP requests alike. Exceptions a framework uses for control flow (LangGraph's interrupts) are
-passed through untouched: the caller names them in `passthrough`.
+passed through untouched: the framework's layer names them once (`let_through`).
 
 The guard is a context manager rather than a coroutine wrapped around the body: every node, tool,
 model call and HTTP request opens one, and one coroutine more per step is one frame more kept
@@ -55,6 +55,7 @@ __all__ = [
     "commit_record",
     "cut_inside",
     "ends_its_run",
+    "let_through",
     "named_run",
     "record_child",
     "refused",
@@ -344,7 +345,7 @@ def _run_alarm(
     signal: CancelSignal | None,
 ) -> RunAlarm | None:
     """The run's one timer, when this step ends at the instant the run's nodes end at (see
-    `plan.run_step_end`) and answers the run's signal: armed by the first such step (or by
+    `RunTracker.steps_end`) and answers the run's signal: armed by the first such step (or by
     `ainvoke`). None: the step arms its own."""
     if run is None or run.step_end is None or deadline is not run.step_end[1]:
         return None
@@ -382,7 +383,6 @@ async def run_async(
     *,
     run: RunTracker | None = None,
     commit: bool = True,
-    passthrough: tuple[type[BaseException], ...],
     amend: Amend | None = None,
 ) -> StepResult[T]:
     """Run an async step under its budget; a cut step is cancelled (its I/O closes), and one
@@ -399,7 +399,7 @@ async def run_async(
     """
     if plan.skip:
         return refused(plan, run, commit=commit)
-    with StepRun(plan, run, commit=commit, passthrough=passthrough, amend=amend) as step:
+    with StepRun(plan, run, commit=commit, amend=amend) as step:
         step.value = await body()
     return step.result
 
@@ -423,7 +423,6 @@ class StepRun(StepGuard):
         "_amend",
         "_commit",
         "_key",
-        "_passthrough",
         "_plan",
         "_result",
         "_tools",
@@ -436,7 +435,6 @@ class StepRun(StepGuard):
         run: RunTracker | None,
         *,
         commit: bool = True,
-        passthrough: tuple[type[BaseException], ...],
         amend: Amend | None = None,
     ) -> None:
         signal = run.signal if run is not None else current_signal()
@@ -444,7 +442,6 @@ class StepRun(StepGuard):
         super().__init__(plan.step_deadline(), plan.name, signal, run, plan.inside, watch)
         self._plan = plan
         self._commit = commit
-        self._passthrough = passthrough
         self._amend = amend
         self._key = id(plan)
         self._result: StepResult[Any] | None = None
@@ -493,7 +490,6 @@ class StepRun(StepGuard):
             plan,
             run,
             commit=self._commit,
-            passthrough=self._passthrough,
             key=key,
             gap=gap,
             amend=self._amend,
@@ -522,12 +518,24 @@ def unbounded_guard(name: str, run: RunTracker | None) -> StepGuard:
     return StepGuard(None, name, run.signal if run is not None else current_signal(), run)
 
 
+_control_flow: tuple[type[BaseException], ...] = ()
+
+
+def let_through(kind: type[BaseException]) -> None:
+    """Make `kind` a framework's control flow, which every step lets go up untouched, recorded
+    as nothing of its own (LangGraph's `GraphBubbleUp`: an interrupt, a `Command` to a parent
+    graph, a drain). The core does not know the frameworks: their layer names theirs once, at
+    import (`_graph/seams.py`), rather than every face handing it to every step."""
+    global _control_flow
+    if kind not in _control_flow:
+        _control_flow = (*_control_flow, kind)
+
+
 def settle(
     exc: BaseException,
     plan: Plan,
     run: RunTracker | None,
     *,
-    passthrough: tuple[type[BaseException], ...],
     commit: bool = True,
     key: int | None = None,
     gap: float | None = None,
@@ -553,7 +561,7 @@ def settle(
         return _finish(
             run, key, commit, StepResult(plan.record(status, cancel_source=source), error=exc)
         )
-    if isinstance(exc, passthrough):
+    if isinstance(exc, _control_flow):
         # Control flow on its way to the framework (LangGraph's interrupt or drain): not an end
         # of this step's budget.
         if run is not None:
@@ -601,7 +609,6 @@ def run_sync(
     *,
     run: RunTracker | None = None,
     commit: bool = True,
-    passthrough: tuple[type[BaseException], ...],
 ) -> StepResult[T]:
     """Run a sync step under its budget (not started when it is below what the step needs:
     `refused`). A thread cannot be killed: past its budget the step is left running in its own
@@ -638,7 +645,7 @@ def run_sync(
         gap = None if watch is None else watch.close(cut=False)
         done = StepResult(plan.record(StepStatus.COMPLETED, gap=gap), value=job.value)
         return _finish(run, key, commit, done)
-    if isinstance(err, passthrough):
+    if isinstance(err, _control_flow):
         if run is not None:
             run.in_flight.pop(key, None)
         raise err

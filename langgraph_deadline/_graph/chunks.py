@@ -7,24 +7,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from langgraph.types import Command, Overwrite
 
+from .._core.cut import Cut
 from .._core.deadline import Deadline
+from .._core.errors import DeadlineExceeded
 from .._core.plan import RunTracker, run_from_config
-from .._core.records import Outcome
-from .state import deadline_from_state, traced
+from .._core.records import Outcome, Terminal
+from .state import TRACE_WINDOW, deadline_from_state, missing_records, traced
 
 __all__ = [
     "GraphRun",
     "NotedStream",
-    "closing",
     "closing_chunks",
-    "completed_chunks",
     "deadline_given",
     "graph_run",
-    "note_chunk",
 ]
 
 log = logging.getLogger("langgraph_deadline")
@@ -79,6 +78,158 @@ class GraphRun(RunTracker):
     def latest(self, state: Any) -> None:
         self.noted = state
 
+    def note(self, chunk: Any, mode: Any) -> None:
+        """Keep the latest full state seen in the stream, for a run that must end early."""
+        if type(chunk) is tuple and len(chunk) == 2 and type(mode) is not str:
+            # `(mode, payload)`: the two chunks of every step under LangGraph's `ainvoke`, first and
+            # in short (a pair under one mode is `(namespace, payload)`: noted the same way below)
+            kind, payload = chunk
+            if isinstance(payload, dict) and "__interrupt__" in payload:
+                self.interrupted = True
+            if kind == "values":
+                self.latest = payload
+            return
+        last = chunk[-1] if isinstance(chunk, tuple) and chunk else chunk
+        if isinstance(last, dict) and "__interrupt__" in last:
+            self.interrupted = True
+        if mode == "values":
+            if isinstance(chunk, dict) and chunk.get("type") == "values" and "data" in chunk:
+                if not chunk.get("ns"):
+                    self.latest = chunk["data"]
+            else:
+                self.latest = chunk
+        elif isinstance(chunk, tuple):
+            if len(chunk) == 2 and chunk[0] == "values":
+                self.latest = chunk[1]
+            elif len(chunk) == 3 and chunk[1] == "values" and not chunk[0]:
+                self.latest = chunk[2]
+        elif isinstance(chunk, dict) and chunk.get("type") == "values" and not chunk.get("ns"):
+            self.latest = chunk.get("data")
+
+    def failed_attempt(self, error: Exception, name: str) -> int:
+        """This failure's attempt number: the failures so far of the task that raised `error`.
+
+        LangGraph's retry loop notes on the error which task it ran ("During task with name ...
+        and id ...") before it asks: that note names the task, whose attempts the run counts.
+        Without it, the node's name does (its tasks of one run counted together: a backoff taken
+        as longer than it is, never shorter)."""
+        notes = getattr(error, "__notes__", None)
+        key = notes[-1] if notes and isinstance(notes[-1], str) else name
+        if self.failures is None:
+            self.failures = {}
+        count = self.failures.get(key, 0) + 1
+        self.failures[key] = count
+        return count
+
+    def backstop(self, cut: Cut) -> None:
+        """The run's deadline passed: close the steps still in flight, then cancel the run (its
+        `cut`, around LangGraph's `ainvoke`)."""
+        self.fire_backstop()
+        cut.cancel()
+
+    # -- how it ended ----------
+
+    def final_outcome(self, state: Any) -> Outcome | None:
+        """The outcome of a run that returned normally: the early end in its state (a
+        sub-agent's, a subgraph's), else completed, in this run's time (None while it is paused
+        on an interrupt)."""
+        if isinstance(state, Mapping) and isinstance(state.get("deadline_outcome"), Outcome):
+            found: Outcome = state["deadline_outcome"]
+            if not found.ok:
+                return found
+        if self.outcome is not None:
+            return self.outcome
+        if self.interrupted:
+            return None
+        elapsed = round((self.clock_now() - self.started) * 1000.0, 3)
+        return Outcome(terminal=Terminal.COMPLETED, elapsed_ms=elapsed)
+
+    def ran_out(self, why: str | None) -> Outcome:
+        """A `deadline_exceeded` outcome naming the steps of this run that ran out (`why`: the
+        reason, else one naming them)."""
+        steps = sorted({r.name for r in self.records if r.status.ran_out})
+        step = ", ".join(steps) if steps else None
+        if why is None:
+            why = f"{step} ran out of budget" if step else "the deadline passed"
+        elapsed = (self.clock_now() - self.started) * 1000.0
+        return Outcome(
+            terminal=Terminal.DEADLINE_EXCEEDED, step=step, reason=why, elapsed_ms=round(elapsed, 3)
+        )
+
+    def ran_out_at_the_end(self, values: Any = None) -> bool:
+        """True when a run that LangGraph finished ended early all the same: a step ran out at
+        its very end, or a sub-agent or a node in a subgraph wrote the outcome into the state
+        (its last `values`, when the caller has them; else the run's `latest`)."""
+        if self.outcome is not None:
+            return True
+        if values is None:
+            values = self.latest
+        outcome = values.get("deadline_outcome") if isinstance(values, Mapping) else None
+        return isinstance(outcome, Outcome) and outcome.terminal is not Terminal.COMPLETED
+
+    def reraise_with_state(self, exc: DeadlineExceeded) -> NoReturn:
+        """Re-raise `exc`; one that carries no state yet is raised again, complete, with the
+        run's latest state (never set on the error after it was raised)."""
+        if exc.state is not None:
+            raise exc
+        raise DeadlineExceeded(
+            str(exc),
+            deadline=exc.deadline,
+            step=exc.step,
+            outcome=exc.outcome,
+            scopes=exc.scopes,
+            state=self.latest,
+        ) from exc
+
+    def records_update(self, latest: Any) -> dict[str, Any]:
+        """The write that gives the run's checkpoint the records its state lacks (under
+        `with_deadlines` its steps leave them out of their updates: `trace_at_end`), appended
+        in the order they ended; given no state (a stream that did not carry values), the run's
+        last records."""
+        values: Mapping[str, Any] = latest if isinstance(latest, Mapping) else {}
+        missing = missing_records(values, self.records)[-TRACE_WINDOW:]  # the field keeps no more
+        # Plain data, as the fields' channels checkpoint it (LangGraph stores these writes as
+        # they are, and a strict msgpack loader refuses our classes).
+        return {"deadline_trace": [r.to_dict() for r in missing]} if missing else {}
+
+    # -- the chunks that end its stream ----------
+
+    def closing(
+        self, state: Any, mode: Any, kwargs: Mapping[str, Any], *, news: bool = False
+    ) -> list[Any]:
+        """The chunks that tell a stream's consumer how the run ended early (none when the
+        stream already said all of it: the step that ran out wrote its outcome itself; `news`
+        when it did not run at all). `kwargs` are the stream's (`subgraphs`, `version`)."""
+        self.final = state
+        if not (self.final_news or news) or not isinstance(state, Mapping):
+            return []
+        outcome = state.get("deadline_outcome")
+        step = outcome.step if isinstance(outcome, Outcome) else None
+        return closing_chunks(
+            state,
+            step,
+            mode,
+            subgraphs=bool(kwargs.get("subgraphs", False)),
+            version=str(kwargs.get("version", "v1")),
+        )
+
+    def completed_chunks(
+        self, has_fields: bool, outcome: Outcome | None, mode: Any, kwargs: Mapping[str, Any]
+    ) -> list[Any]:
+        """The chunks that tell a stream's consumer its run completed (a state `has_fields`):
+        the outcome's update with the run's trace (with the records its nodes left out of their
+        updates), and the last values with them, as the thread holds them."""
+        if not (has_fields and outcome is not None and outcome.ok):
+            return []
+        latest = self.latest if isinstance(self.latest, Mapping) else {}
+        return closing_chunks(
+            {**latest, "deadline_outcome": outcome, "deadline_trace": traced(latest, self.records)},
+            None,
+            mode,
+            subgraphs=bool(kwargs.get("subgraphs", False)),
+            version=str(kwargs.get("version", "v1")),
+        )
+
 
 def graph_run(config: Mapping[str, Any] | None) -> GraphRun | None:
     """The run of a wrapped graph that `config` belongs to (None: none, or a tracker the graph
@@ -98,37 +249,8 @@ def deadline_given(input: Any) -> Deadline | None:
     return None if value is None else deadline_from_state({"deadline": value})
 
 
-def note_chunk(run: GraphRun, chunk: Any, mode: Any) -> None:
-    """Keep the latest full state seen in the stream, for a run that must end early."""
-    if type(chunk) is tuple and len(chunk) == 2 and type(mode) is not str:
-        # `(mode, payload)`: the two chunks of every step under LangGraph's `ainvoke`, first and
-        # in short (a pair under one mode is `(namespace, payload)`: noted the same way below)
-        kind, payload = chunk
-        if isinstance(payload, dict) and "__interrupt__" in payload:
-            run.interrupted = True
-        if kind == "values":
-            run.latest = payload
-        return
-    last = chunk[-1] if isinstance(chunk, tuple) and chunk else chunk
-    if isinstance(last, dict) and "__interrupt__" in last:
-        run.interrupted = True
-    if mode == "values":
-        if isinstance(chunk, dict) and chunk.get("type") == "values" and "data" in chunk:
-            if not chunk.get("ns"):
-                run.latest = chunk["data"]
-        else:
-            run.latest = chunk
-    elif isinstance(chunk, tuple):
-        if len(chunk) == 2 and chunk[0] == "values":
-            run.latest = chunk[1]
-        elif len(chunk) == 3 and chunk[1] == "values" and not chunk[0]:
-            run.latest = chunk[2]
-    elif isinstance(chunk, dict) and chunk.get("type") == "values" and not chunk.get("ns"):
-        run.latest = chunk.get("data")
-
-
 class NotedStream:
-    """A stream of LangGraph's with each chunk noted (`note_chunk`) on its way: an object, not
+    """A stream of LangGraph's with each chunk noted (`GraphRun.note`) on its way: an object, not
     one more generator frame, for every run `DeadlineGraph.ainvoke` makes. Once the run reads
     its state from its graph (`GraphRun.read`, given by its first node), the chunks pass as
     they are. It closes as the stream it wraps does (`aclose`, for a reader that closes what
@@ -151,7 +273,7 @@ class NotedStream:
 
     async def _noted(self) -> Any:
         chunk = await self._inner.__anext__()
-        note_chunk(self._run, chunk, self._mode)
+        self._run.note(chunk, self._mode)
         return chunk
 
     async def aclose(self) -> None:
@@ -188,45 +310,3 @@ def closing_chunks(
         else:
             chunks.append((kind, payload) if tagged else payload)
     return chunks
-
-
-def closing(
-    state: Any, run: GraphRun, mode: Any, kwargs: Mapping[str, Any], *, news: bool = False
-) -> list[Any]:
-    """The chunks that tell a stream's consumer how the run ended early (none when the stream
-    already said all of it: the step that ran out wrote its outcome itself; `news` when it
-    did not run at all). `kwargs` are the stream's (`subgraphs`, `version`)."""
-    run.final = state
-    if not (run.final_news or news) or not isinstance(state, Mapping):
-        return []
-    outcome = state.get("deadline_outcome")
-    step = outcome.step if isinstance(outcome, Outcome) else None
-    return closing_chunks(
-        state,
-        step,
-        mode,
-        subgraphs=bool(kwargs.get("subgraphs", False)),
-        version=str(kwargs.get("version", "v1")),
-    )
-
-
-def completed_chunks(
-    has_fields: bool,
-    outcome: Outcome | None,
-    run: GraphRun,
-    mode: Any,
-    kwargs: Mapping[str, Any],
-) -> list[Any]:
-    """The chunks that tell a stream's consumer its run completed (a state `has_fields`): the
-    outcome's update with the run's trace (with the records its nodes left out of their
-    updates), and the last values with them, as the thread holds them."""
-    if not (has_fields and outcome is not None and outcome.ok):
-        return []
-    latest = run.latest if isinstance(run.latest, Mapping) else {}
-    return closing_chunks(
-        {**latest, "deadline_outcome": outcome, "deadline_trace": traced(latest, run.records)},
-        None,
-        mode,
-        subgraphs=bool(kwargs.get("subgraphs", False)),
-        version=str(kwargs.get("version", "v1")),
-    )

@@ -31,16 +31,13 @@ from langgraph.types import Command, Overwrite, StateUpdate
 
 from .._core.cut import Cut
 from .._core.errors import DeadlineExceeded
-from .._core.plan import RUN_KEY, RunAlarm, run_step_end
+from .._core.plan import RUN_KEY, RunAlarm
 from .._core.records import Outcome
 from .._core.sync_http import ensure as ensure_http
 from .chunks import (
     GraphRun,
     NotedStream,
-    closing,
-    completed_chunks,
     deadline_given,
-    note_chunk,
 )
 from .inputs import (
     a_result,
@@ -59,12 +56,8 @@ from .run import (
     Run,
     adrive,
     drive,
-    emit_run_outcome,
-    final_outcome,
     origin_of,
     raised,
-    ran_out_at_the_end,
-    reraise_with_state,
     saved,
     thread_deadline,
 )
@@ -229,7 +222,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         mode = kwargs.get("stream_mode", self.stream_mode)
         if not prepared and self._resuming(input):
             if (ended := drive(life.resumed())) is not None:
-                yield from closing(ended, run, mode, kwargs, news=True)
+                yield from run.closing(ended, mode, kwargs, news=True)
                 return
         elif not prepared and (refused := life.too_late(input)) is not None:
             yield from life.late_chunks(refused, input, **kwargs)
@@ -241,39 +234,39 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             # (LangGraph's stream in no local: closed with ours, it must end, and write its
             # checkpoint, before ours writes the outcome there)
             for chunk in in_run(run, super().stream(input, cfg, **options), guarded=guarded):
-                note_chunk(run, chunk, mode)
+                run.note(chunk, mode)
                 yield chunk
         except GraphDrained as exc:
             if exc.reason != DRAIN_REASON:
-                emit_run_outcome(run, raised(exc))
+                life.tell(raised(exc))
                 raise
-            yield from closing(drive(life.final_state(None)), run, mode, kwargs)
+            yield from run.closing(drive(life.final_state(None)), mode, kwargs)
             return
         except DeadlineExceeded as exc:
-            emit_run_outcome(run, exc.outcome)
+            life.tell(exc.outcome)
             drive(life.keep_deadline())
-            reraise_with_state(exc, run)
+            run.reraise_with_state(exc)
         except Exception as exc:
-            emit_run_outcome(run, raised(exc))
+            life.tell(raised(exc))
             drive(life.keep_records())
             raise
         except GeneratorExit as exc:  # the caller closed the stream before its end
             left = [raised(exc)]
             if not prepared:
                 drive(life.keep_left(left))
-            emit_run_outcome(run, left[0])
+            life.tell(left[0])
             raise
         except BaseException as exc:
-            emit_run_outcome(run, raised(exc))
+            life.tell(raised(exc))
             raise
-        if ran_out_at_the_end(run):
-            yield from closing(drive(life.final_state(None)), run, mode, kwargs)
+        if run.ran_out_at_the_end():
+            yield from run.closing(drive(life.final_state(None)), mode, kwargs)
             return
         drive(life.keep_deadline())
         if not prepared:
-            emit_run_outcome(run, done := final_outcome(run, run.latest))
+            life.tell(done := run.final_outcome(run.latest))
             drive(life.keep_end(done, run.latest))
-            yield from completed_chunks(self._lgd_settings.has_fields, done, run, mode, kwargs)
+            yield from run.completed_chunks(self._lgd_settings.has_fields, done, mode, kwargs)
 
     def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -299,7 +292,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         mode = kwargs.get("stream_mode", self.stream_mode)
         if self._resuming(input):
             if (ended := await adrive(life.resumed())) is not None:
-                for chunk in closing(ended, run, mode, kwargs, news=True):
+                for chunk in run.closing(ended, mode, kwargs, news=True):
                     yield chunk
                 return
         elif (refused := life.too_late(input)) is not None:
@@ -313,25 +306,24 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
             stream = ain_run(run, super().astream(input, cfg, **options), guarded=guarded)
             async with contextlib.aclosing(stream) as inner:
                 async for chunk in inner:
-                    note_chunk(run, chunk, mode)
+                    run.note(chunk, mode)
                     yield chunk
         except BaseException as exc:
             if (state := await self._aended(life, exc)) is None:
                 raise
-            for chunk in closing(state, run, mode, kwargs):
+            for chunk in run.closing(state, mode, kwargs):
                 yield chunk
         else:
-            if ran_out_at_the_end(run):
+            if run.ran_out_at_the_end():
                 state = await adrive(life.final_state(None))
-                for chunk in closing(state, run, mode, kwargs):
+                for chunk in run.closing(state, mode, kwargs):
                     yield chunk
             else:
                 await adrive(life.keep_deadline())
-                emit_run_outcome(run, done := final_outcome(run, run.latest))
+                life.tell(done := run.final_outcome(run.latest))
                 await adrive(life.keep_end(done, run.latest))
-                for chunk in completed_chunks(
-                    self._lgd_settings.has_fields, done, run, mode, kwargs
-                ):
+                has_fields = self._lgd_settings.has_fields
+                for chunk in run.completed_chunks(has_fields, done, mode, kwargs):
                     yield chunk
         finally:
             run.close_alarm()
@@ -345,12 +337,12 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if isinstance(exc, GraphDrained):
             if exc.reason == DRAIN_REASON:
                 return await adrive(life.final_state(None))
-            emit_run_outcome(run, raised(exc))
+            life.tell(raised(exc))
             return None
         if isinstance(exc, DeadlineExceeded):
-            emit_run_outcome(run, exc.outcome)
+            life.tell(exc.outcome)
             await adrive(life.keep_deadline())
-            reraise_with_state(exc, run)
+            run.reraise_with_state(exc)
         if isinstance(exc, GeneratorExit | anyio.get_cancelled_exc_class()):
             # The consumer gave up (closed the stream, or was cancelled): stop the run's steps,
             # wherever LangGraph runs them, instead of letting them go on to their deadline.
@@ -359,9 +351,9 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
                 left = [raised(exc)]
                 with anyio.move_on_after(CANCEL_WRITE_S, shield=True):
                     await adrive(life.keep_left(left))
-                emit_run_outcome(run, left[0])
+                life.tell(left[0])
             return None
-        emit_run_outcome(run, raised(exc))
+        life.tell(raised(exc))
         if isinstance(exc, Exception):
             await adrive(life.keep_records())
         return None
@@ -380,7 +372,7 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         input = self._sent(drive(life.granted(input)))
         run.entry = self
         values = super().invoke(input, cfg, **_run_options(kwargs))
-        result, done = self._completed(values, run)
+        result, done = self._completed(values, life)
         drive(life.keep_end(done, values))
         return result
 
@@ -401,8 +393,8 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         assert task is not None  # LangGraph runs on asyncio
         backstop = Cut(loop, task)
         if run.deadline is not None:  # one timer: the nodes' end, then the backstop
-            then = (run.deadline, _fire_backstop, run, backstop)
-            run.alarm = RunAlarm(loop, run_step_end(run), run.signal, then)
+            then = (run.deadline, GraphRun.backstop, run, backstop)
+            run.alarm = RunAlarm(loop, run.steps_end(), run.signal, then)
         token = enter_run(run) if self._lgd_settings.guarded_retries else None
         try:  # the run's end is written outside the backstop: it must not cut that
             try:
@@ -419,23 +411,24 @@ class DeadlineRuns(Pregel[Any, Any, Any, Any]):
         if backstop.caught:
             run.signal.cancel("run_deadline")  # its steps, wherever LangGraph runs them
             return await adrive(life.final_state(_IN_FLIGHT))
-        if ran_out_at_the_end(run, result if run.select is not None else None):
+        if run.ran_out_at_the_end(result if run.select is not None else None):
             return await adrive(life.final_state(None))
-        returned, done = self._completed(result, run)  # (it notes an interrupt in `result`)
+        returned, done = self._completed(result, life)  # (it notes an interrupt in `result`)
         if run.resumable:  # a thread to keep its deadline (when paused) and its end in
             await adrive(life.keep_deadline())
             await adrive(life.keep_end(done, result))
         return returned
 
-    def _completed(self, result: Any, run: GraphRun) -> tuple[Any, Outcome | None]:
+    def _completed(self, result: Any, life: Run) -> tuple[Any, Outcome | None]:
         """What `invoke` returns for a run LangGraph finished, and its outcome when the run
         completed (None when it ended early or is paused: nothing more to write)."""
+        run = life.tracker
         if run.final is not None:  # ended early: the state its stream ended with
             return run.final, None
         if isinstance(result, dict) and "__interrupt__" in result:
             run.interrupted = True
-        outcome = final_outcome(run, result)
-        emit_run_outcome(run, outcome)
+        outcome = run.final_outcome(result)
+        life.tell(outcome)
         if self._lgd_settings.has_fields and isinstance(result, dict):
             result = {**result, "deadline_trace": traced(result, run.records)}
             if outcome is not None and _completed_or_none(result.get("deadline_outcome")):
@@ -459,9 +452,3 @@ def _run_options(kwargs: dict[str, Any]) -> dict[str, Any]:
     given = kwargs.get("control")
     control = own_control(given)
     return kwargs if control is given else {**kwargs, "control": control}
-
-
-def _fire_backstop(run: GraphRun, backstop: Cut) -> None:
-    """The run's deadline passed: close the steps still in flight, then cancel the run."""
-    run.fire_backstop()
-    backstop.cancel()

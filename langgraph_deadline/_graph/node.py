@@ -69,7 +69,6 @@ from .messages import ToolResults, messages_of, open_tool_calls
 from .retries import policies, retries_on, would_not_fit
 from .seams import (
     DRAIN_REASON,
-    PASSTHROUGH,
     drain,
     node_attempt,
     runs_on_a_thread,
@@ -360,7 +359,7 @@ class NodeStep:
                 return body(config)
 
         with child_records(plan.link, run) as children:
-            result = run_sync(plan, guarded, run=run, passthrough=PASSTHROUGH)
+            result = run_sync(plan, guarded, run=run)
         kept(said, result, run)
         return finish(state, result, children, plan, self.settings, run, finished)
 
@@ -401,7 +400,7 @@ class NodeStep:
         try:
             with (
                 child_records(plan.link, run) as children,
-                StepRun(plan, run, passthrough=PASSTHROUGH) as step,
+                StepRun(plan, run) as step,
             ):
                 if said is None and plan.idle is None:  # the usual node: no blocks to enter
                     step.value = await body()  # in this coroutine: one frame fewer than run_async's
@@ -472,7 +471,7 @@ class NodeStep:
         """An unbounded node that did not complete: planned now, dated from `started`, and
         recorded by the one rule (`settle`). None: `exc` goes on up."""
         plan = self.step.plan(run=run, attempt=node_attempt(config), sync=sync, started=started)
-        result = settle(exc, plan, run, passthrough=PASSTHROUGH)
+        result = settle(exc, plan, run)
         return None if result is None else (plan, result)
 
 

@@ -121,7 +121,7 @@ class RetryGuard:
             self.policy,
             error,
             name=self.name,
-            attempt=_failed_attempts(run, error, self.name),
+            attempt=run.failed_attempt(error, self.name),
             deadline=run.deadline,
             reserve=run.reserve,
             min_viable=self.min_viable,
@@ -136,22 +136,6 @@ class RetryGuard:
                 elapsed_ms=round((time.monotonic() - run.started) * 1000.0, 3),
             )
         raise GraphDrained(DRAIN_REASON) from error
-
-
-def _failed_attempts(run: GraphRun, error: Exception, name: str) -> int:
-    """This failure's attempt number: the failures so far of the task that raised `error`.
-
-    LangGraph's retry loop notes on the error which task it ran ("During task with name ...
-    and id ...") before it asks: that note names the task, whose attempts the run counts.
-    Without it, the node's name does (its tasks of one run counted together: a backoff taken
-    as longer than it is, never shorter)."""
-    notes = getattr(error, "__notes__", None)
-    key = notes[-1] if notes and isinstance(notes[-1], str) else name
-    if run.failures is None:
-        run.failures = {}
-    count = run.failures.get(key, 0) + 1
-    run.failures[key] = count
-    return count
 
 
 def guard_retries(compiled: Any, min_viable: Mapping[str, float]) -> bool:

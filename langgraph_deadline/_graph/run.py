@@ -68,20 +68,15 @@ from .chunks import GraphRun, closing_chunks
 from .messages import ending_messages, is_ending, messages_of
 from .seams import DRAIN_REASON
 from .settings import GraphSettings
-from .state import RUN_OVER, TRACE_WINDOW, deadline_from_state, missing_records, traced
+from .state import RUN_OVER, deadline_from_state, traced
 
 __all__ = [
     "CANCEL_WRITE_S",
     "adrive",
     "drive",
-    "emit_run_outcome",
     "exceeded",
-    "final_outcome",
     "origin_of",
-    "outcome_from",
     "raised",
-    "ran_out_at_the_end",
-    "reraise_with_state",
     "saved",
     "tell_run_ended",
     "terminal_of",
@@ -194,54 +189,6 @@ def exceeded(outcome: Outcome, deadline: Deadline | None, state: Any) -> Deadlin
     )
 
 
-def final_outcome(run: GraphRun, state: Any) -> Outcome | None:
-    """The outcome of a run that returned normally: the early end in its state (a sub-agent's,
-    a subgraph's), else completed, in this run's time (None while it is paused on an
-    interrupt)."""
-    if isinstance(state, Mapping) and isinstance(state.get("deadline_outcome"), Outcome):
-        found: Outcome = state["deadline_outcome"]
-        if not found.ok:
-            return found
-    if run.outcome is not None:
-        return run.outcome
-    if run.interrupted:
-        return None
-    elapsed = round((run.clock_now() - run.started) * 1000.0, 3)
-    return Outcome(terminal=Terminal.COMPLETED, elapsed_ms=elapsed)
-
-
-def outcome_from(run: GraphRun, default_reason: str | None) -> Outcome:
-    """A `deadline_exceeded` outcome naming the steps of this run that ran out."""
-    steps = sorted({r.name for r in run.records if r.status.ran_out})
-    step = ", ".join(steps) if steps else None
-    if default_reason is None:
-        default_reason = f"{step} ran out of budget" if step else "the deadline passed"
-    elapsed = (run.clock_now() - run.started) * 1000.0
-    return Outcome(
-        terminal=Terminal.DEADLINE_EXCEEDED,
-        step=step,
-        reason=default_reason,
-        elapsed_ms=round(elapsed, 3),
-    )
-
-
-def emit_run_outcome(run: GraphRun, outcome: Outcome | None) -> None:
-    """Tell the observers how the run ended, once (`tell_run_ended`)."""
-    if outcome is None or run.emitted:
-        return
-    run.emitted = True
-    tell_run_ended(
-        RunEvent(
-            outcome=outcome,
-            run_id=run.run_id,
-            started_at=run.started_at,
-            deadline_at=run.deadline.timestamp if run.deadline else None,
-            reserve_s=run.reserve,
-        ),
-        run.origin,
-    )
-
-
 def tell_run_ended(event: RunEvent, origin: tuple[tuple[str, str], ...] = ()) -> None:
     """A run's end, told to the observers; one that did not complete is also logged by the
     `langgraph_deadline` logger (a server's log says its runs succeeded): a WARNING when it ran
@@ -336,21 +283,6 @@ def terminal_of(result: BaseException | Mapping[str, Any] | None) -> Terminal | 
     return None if "__interrupt__" in result else Terminal.COMPLETED
 
 
-def reraise_with_state(exc: DeadlineExceeded, run: GraphRun) -> None:
-    """Re-raise `exc`; one that carries no state yet is raised again, complete, with the run's
-    latest state (never set on the error after it was raised)."""
-    if exc.state is not None:
-        raise exc
-    raise DeadlineExceeded(
-        str(exc),
-        deadline=exc.deadline,
-        step=exc.step,
-        outcome=exc.outcome,
-        scopes=exc.scopes,
-        state=run.latest,
-    ) from exc
-
-
 # -- the ends LangGraph did not finish ----------
 
 
@@ -358,18 +290,6 @@ CANCEL_WRITE_S: Final = 1.0
 """How long a cancelled run may hold up its cancellation to write its outcome (a checkpointer
 write takes milliseconds; a stuck one must not keep a cancelled caller waiting)."""
 _PERSIST = "langgraph_deadline: write the outcome"
-
-
-def ran_out_at_the_end(run: GraphRun, values: Any = None) -> bool:
-    """True when a run that LangGraph finished ended early all the same: a step ran out at its
-    very end, or a sub-agent or a node in a subgraph wrote the outcome into the state (its last
-    `values`, when the caller has them; else the run's `latest`)."""
-    if run.outcome is not None:
-        return True
-    if values is None:
-        values = run.latest
-    outcome = values.get("deadline_outcome") if isinstance(values, Mapping) else None
-    return isinstance(outcome, Outcome) and outcome.terminal is not Terminal.COMPLETED
 
 
 def _clean(cfg: RunnableConfig) -> RunnableConfig:
@@ -413,40 +333,6 @@ def _writing() -> Iterator[None]:
         pass
     except Exception:
         log.warning("could not write the deadline outcome to the checkpoint", exc_info=True)
-
-
-def _end_update(run: GraphRun, outcome: Outcome | None, values: Any) -> dict[str, Any]:
-    update = _records_update(run, values)
-    if outcome is not None and outcome.ok:
-        update["deadline_outcome"] = outcome.to_dict()
-    return update
-
-
-def _left(run: GraphRun, snapshot: Any, outcome: Outcome) -> tuple[Outcome, dict[str, Any]]:
-    """How a run its caller left ends, from its thread (`snapshot`), and the update that says
-    so (none when the thread ended already, or is an earlier run's that finished)."""
-    values: Mapping[str, Any] = snapshot.values if isinstance(snapshot.values, Mapping) else {}
-    written = values.get("deadline_outcome")
-    done = not snapshot.next and not snapshot.interrupts
-    if isinstance(written, Outcome) and (done or not written.ok):
-        return outcome, {}
-    if done:  # it had done all its work: the caller left after its last chunk
-        outcome = final_outcome(run, values) or outcome
-        return outcome, {"deadline_outcome": outcome.to_dict()}
-    update = {"deadline_outcome": outcome.to_dict(), "deadline": RUN_OVER}
-    return outcome, {**update, **_records_update(run, values)}
-
-
-def _records_update(run: GraphRun, latest: Any) -> dict[str, Any]:
-    """The write that gives a run's checkpoint the records its state lacks (under
-    `with_deadlines` its steps leave them out of their updates: `GraphRun.trace_at_end`),
-    appended in the order they ended; given no state (a stream that did not carry values),
-    the run's last records."""
-    values: Mapping[str, Any] = latest if isinstance(latest, Mapping) else {}
-    missing = missing_records(values, run.records)[-TRACE_WINDOW:]  # the field keeps no more
-    # Plain data, as the fields' channels checkpoint it (LangGraph stores these writes as
-    # they are, and a strict msgpack loader refuses our classes).
-    return {"deadline_trace": [r.to_dict() for r in missing]} if missing else {}
 
 
 def _superseding(grant: Command[Any], values: Any) -> Command[Any]:
@@ -507,6 +393,23 @@ class Run:
         self.settings = settings
         self.tracker = tracker
         self.cfg = cfg
+
+    def tell(self, outcome: Outcome | None) -> None:
+        """Tell the observers how the run ended, once (`tell_run_ended`)."""
+        run = self.tracker
+        if outcome is None or run.emitted:
+            return
+        run.emitted = True
+        tell_run_ended(
+            RunEvent(
+                outcome=outcome,
+                run_id=run.run_id,
+                started_at=run.started_at,
+                deadline_at=run.deadline.timestamp if run.deadline else None,
+                reserve_s=run.reserve,
+            ),
+            run.origin,
+        )
 
     def _keeps(self) -> RunnableConfig | None:
         """The thread's config, when a paused run of a state without the deadline fields must keep
@@ -578,7 +481,6 @@ class Run:
         and the checkpoint stays as it was, so a resume that grants a new deadline
         (`Command(resume=..., update=deadline_input(s))`) continues where the run paused.
         Returns what the caller gets (graphs without deadline fields raise), or None to go on."""
-        run = self.tracker
         values = getattr(snapshot, "values", None)
         d = kept_deadline(snapshot, writes)
         if d is None or not d.expired:
@@ -590,7 +492,7 @@ class Run:
             reason="resumed after the run's deadline had passed: nothing was run",
             elapsed_ms=0.0,
         )
-        emit_run_outcome(run, outcome)
+        self.tell(outcome)
         if not self.settings.has_fields:
             raise exceeded(outcome, d, values)
         return {**(values or {}), "deadline_outcome": outcome}
@@ -636,7 +538,7 @@ class Run:
         run = self.tracker
         if self.settings.has_fields and self.saved() and run.records:
             latest, _ = yield from self._read()
-            yield from self._write(_records_update(run, latest))
+            yield from self._write(run.records_update(latest))
 
     def keep_end(self, outcome: Outcome | None, values: Any) -> Steps[None]:
         """A run that finished (`outcome` completed) or paused on an interrupt (None): with the
@@ -647,7 +549,10 @@ class Run:
         tasks are still to come.) `values`: the run's last state, as LangGraph gave it."""
         run = self.tracker
         if run.final is None and self.settings.has_fields and self.saved():
-            yield from self._write(_end_update(run, outcome, values))
+            update = run.records_update(values)
+            if outcome is not None and outcome.ok:
+                update["deadline_outcome"] = outcome.to_dict()
+            yield from self._write(update)
 
     def keep_left(self, left: list[Outcome]) -> Steps[None]:
         """A run its caller left (a stop, LangGraph Server's `runs.cancel`, a client gone, a stream
@@ -658,7 +563,7 @@ class Run:
         work (the caller left after its last chunk, before the stream's end). A thread that ended
         already is left as it is. (An async caller shields it from the cancellation for at most
         `CANCEL_WRITE_S`: a write cut then still returns the outcome known.)"""
-        graph, run, cfg = self.graph, self.tracker, self.cfg
+        graph, cfg = self.graph, self.cfg
         if not (self.settings.has_fields and self.saved()):
             return
         try:
@@ -666,8 +571,23 @@ class Run:
         except Exception:
             log.warning("could not read the thread of a cancelled run", exc_info=True)
             return
-        left[0], update = _left(run, snapshot, left[0])
+        left[0], update = self._left(snapshot, left[0])
         yield from self._write(update)
+
+    def _left(self, snapshot: Any, outcome: Outcome) -> tuple[Outcome, dict[str, Any]]:
+        """How a run its caller left ends, from its thread (`snapshot`), and the update that
+        says so (none when the thread ended already, or is an earlier run's that finished)."""
+        run = self.tracker
+        values: Mapping[str, Any] = snapshot.values if isinstance(snapshot.values, Mapping) else {}
+        written = values.get("deadline_outcome")
+        done = not snapshot.next and not snapshot.interrupts
+        if isinstance(written, Outcome) and (done or not written.ok):
+            return outcome, {}
+        if done:  # it had done all its work: the caller left after its last chunk
+            outcome = run.final_outcome(values) or outcome
+            return outcome, {"deadline_outcome": outcome.to_dict()}
+        update = {"deadline_outcome": outcome.to_dict(), "deadline": RUN_OVER}
+        return outcome, {**update, **run.records_update(values)}
 
     def _returned(self, state: dict[str, Any], pending: tuple[Interrupt, ...]) -> Any:
         """What a run that ended early returns (its state, with the `__interrupt__` list of the
@@ -693,10 +613,10 @@ class Run:
         if isinstance(written, Outcome) and not written.ok:
             outcome = written
         else:
-            outcome = run.outcome or outcome_from(run, why)
+            outcome = run.outcome or run.ran_out(why)
         if run.outcome is None:
             run.outcome = outcome
-        emit_run_outcome(run, outcome)
+        self.tell(outcome)
         state = dict(values)
         update: dict[str, Any] = {}
         settings = self.settings
@@ -721,7 +641,7 @@ class Run:
             if written is None or written.ok:  # a `completed` a subgraph gave is replaced
                 update["deadline_outcome"] = outcome.to_dict()
                 update["deadline"] = RUN_OVER  # the next run's deadline replaces this one
-            update.update(_records_update(run, values))
+            update.update(run.records_update(values))
         return state, update
 
     def resumed(self) -> Steps[Any]:
@@ -793,7 +713,7 @@ class Run:
             return None
         outcome = Outcome(terminal=Terminal.DEADLINE_EXCEEDED, reason=_REASON, elapsed_ms=0.0)
         run.outcome = outcome
-        emit_run_outcome(run, outcome)
+        self.tell(outcome)
         state = (
             {k: v for k, v in input.items() if k not in _FIELDS}
             if isinstance(input, Mapping)

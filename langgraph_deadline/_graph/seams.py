@@ -21,9 +21,10 @@ from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
 from langgraph.runtime import RunControl, get_runtime
 
+from .._core.step import let_through
+
 __all__ = [
     "DRAIN_REASON",
-    "PASSTHROUGH",
     "PREVIOUS",
     "as_task",
     "check_thread",
@@ -41,8 +42,9 @@ __all__ = [
     "uncached",
 ]
 
-PASSTHROUGH: Final[tuple[type[BaseException], ...]] = (GraphBubbleUp,)
-"""LangGraph's control-flow exceptions (interrupts, drains): a step lets them through untouched."""
+let_through(
+    GraphBubbleUp
+)  # LangGraph's control flow (interrupts, drains): every step lets it go up
 
 DRAIN_REASON: Final = "deadline_exceeded"
 """The reason given to `RunControl.request_drain` when a step ran out of budget."""

@@ -31,7 +31,6 @@ from .._core.records import StepRecord, StepStatus
 from .._core.rules import StepRule
 from .._core.step import StepResult, run_async, run_sync
 from .answers import cut_answer
-from .seams import PASSTHROUGH
 
 __all__ = ["capped_per_call", "is_tool_node"]
 
@@ -98,7 +97,7 @@ def _sync_call(request: ToolCallRequest, inner: Execute, cap: float | StepRule) 
             return inner(request)
         finally:
             pop_step(token)
-    result = run_sync(plan, lambda: inner(request), run=_run(request), passthrough=PASSTHROUGH)
+    result = run_sync(plan, lambda: inner(request), run=_run(request))
     return _answer(request, plan, result)
 
 
@@ -114,7 +113,7 @@ async def _async_call(request: ToolCallRequest, inner: AExecute, cap: float | St
         finally:
             pop_step(token)
     run = _run(request)
-    result = await run_async(plan, lambda: inner(request), run=run, passthrough=PASSTHROUGH)
+    result = await run_async(plan, lambda: inner(request), run=run)
     return _answer(request, plan, result)
 
 

@@ -21,7 +21,6 @@ from .._core.plan import Plan, Step, run_from_config
 from .._core.records import StepStatus
 from .._core.step import StepResult, record_child, run_async, run_sync
 from .._graph.answers import cut_answer, cut_text, stale_answer
-from .._graph.seams import PASSTHROUGH
 from . import policy, stale
 from .cache import StaleCache
 from .hedge import Copies, HedgeBudget, answering, race
@@ -117,7 +116,7 @@ class DeadlineTool(BaseTool):
             return self.inner.invoke(input, call_cfg(), **kwargs)
 
         result = self._account(
-            run_sync(plan, self._retrying(once), run=run, commit=False, passthrough=PASSTHROUGH),
+            run_sync(plan, self._retrying(once), run=run, commit=False),
             tries,
         )
         if result.status is StepStatus.COMPLETED:
@@ -155,7 +154,6 @@ class DeadlineTool(BaseTool):
                 self._retrying(once),
                 run=run,
                 commit=False,
-                passthrough=PASSTHROUGH,
                 amend=account,  # its node's cut, reaching it first, records it with these too
             )
         )

@@ -8,8 +8,9 @@ import anyio
 import pytest
 
 from langgraph_deadline import Deadline, DeadlineExceeded
+from langgraph_deadline._core import step
 from langgraph_deadline._core.plan import RunTracker, Step
-from langgraph_deadline._core.step import run_async, run_sync
+from langgraph_deadline._core.step import let_through, run_async, run_sync
 from langgraph_deadline.testing import ManualClock
 from langgraph_deadline.types import StepStatus
 
@@ -18,7 +19,12 @@ class Bubble(Exception):
     """A framework's control flow (LangGraph's interrupts): passed through untouched."""
 
 
-PASS = (Bubble,)
+@pytest.fixture(autouse=True)
+def _bubble_is_control_flow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Bubble` is named control flow (`let_through`, as the graph layer names LangGraph's) for
+    these tests only."""
+    monkeypatch.setattr(step, "_control_flow", step._control_flow)
+    let_through(Bubble)
 
 
 @pytest.mark.anyio
@@ -28,7 +34,7 @@ async def test_an_async_step_in_time_completes_with_its_value() -> None:
     async def body() -> int:
         return 42
 
-    result = await run_async(plan, body, passthrough=PASS)
+    result = await run_async(plan, body)
     assert result.status is StepStatus.COMPLETED and result.value == 42
 
 
@@ -40,7 +46,7 @@ async def test_an_async_step_past_its_budget_is_cut_and_says_why() -> None:
     async def body() -> None:
         await anyio.sleep(5)
 
-    result = await run_async(plan, body, passthrough=PASS)
+    result = await run_async(plan, body)
     assert time.monotonic() - t0 < 1.0
     assert result.status is StepStatus.TIMED_OUT
     assert result.record.cancel_source == "step_cap"
@@ -54,20 +60,20 @@ async def test_a_steps_own_errors_are_returned_and_control_flow_passes_through()
     async def broken() -> None:
         raise ValueError("mine")
 
-    result = await run_async(plan, broken, passthrough=PASS)
+    result = await run_async(plan, broken)
     assert result.status is StepStatus.FAILED and isinstance(result.error, ValueError)
 
     async def interrupted() -> None:
         raise Bubble
 
     with pytest.raises(Bubble):
-        await run_async(plan, interrupted, passthrough=PASS)
+        await run_async(plan, interrupted)
 
 
 def test_a_sync_step_past_its_budget_is_abandoned_and_the_caller_goes_on() -> None:
     plan = Step("s", "node", 0.1).plan(sync=True)
     t0 = time.monotonic()
-    result = run_sync(plan, lambda: time.sleep(1.0), passthrough=PASS)
+    result = run_sync(plan, lambda: time.sleep(1.0))
     assert time.monotonic() - t0 < 0.8
     assert result.status is StepStatus.ABANDONED
 
@@ -82,7 +88,7 @@ def test_a_sync_step_that_stops_itself_at_its_budget_is_timed_out() -> None:
             check()
             time.sleep(0.01)
 
-    result = run_sync(plan, cooperative, passthrough=PASS)
+    result = run_sync(plan, cooperative)
     assert result.status in (StepStatus.TIMED_OUT, StepStatus.ABANDONED)
 
 
@@ -93,7 +99,7 @@ def test_a_sync_steps_control_flow_passes_through() -> None:
         raise Bubble
 
     with pytest.raises(Bubble):
-        run_sync(plan, interrupted, passthrough=PASS)
+        run_sync(plan, interrupted)
 
 
 def test_off_asyncio_a_step_is_cut_at_its_budget_too() -> None:
@@ -105,7 +111,7 @@ def test_off_asyncio_a_step_is_cut_at_its_budget_too() -> None:
             await anyio.sleep(5)
 
         plan = Step("s", "node", 0.05).plan()
-        return (await run_async(plan, hang, passthrough=PASS)).status
+        return (await run_async(plan, hang)).status
 
     t0 = time.monotonic()
     assert anyio.run(main, backend="trio") is StepStatus.TIMED_OUT
@@ -130,8 +136,8 @@ async def test_a_plan_below_what_its_step_needs_is_refused_and_its_body_never_ru
         ran.append("sync")
 
     refused = [
-        await run_async(plan, body, run=run, commit=commit, passthrough=PASS),
-        run_sync(plan, sync_body, run=run, commit=commit, passthrough=PASS),
+        await run_async(plan, body, run=run, commit=commit),
+        run_sync(plan, sync_body, run=run, commit=commit),
     ]
     assert ran == []
     assert [r.status for r in refused] == [StepStatus.SKIPPED] * 2

@@ -27,7 +27,7 @@ def test_the_body_runs_on_a_worker_with_the_callers_contextvars_and_its_budget()
 
     token = _VAR.set("the caller's")
     try:
-        result = run_sync(plan, body, passthrough=())
+        result = run_sync(plan, body)
     finally:
         _VAR.reset(token)
     assert result.status is StepStatus.COMPLETED and result.value == "done"
@@ -46,7 +46,7 @@ def test_the_bodys_errors_are_returned_as_failed() -> None:
         raise DeadlineExceeded("an inner one")
 
     for body, kind in ((broken, ValueError), (inner_deadline, DeadlineExceeded)):
-        result = run_sync(plan, body, passthrough=())
+        result = run_sync(plan, body)
         assert result.status is StepStatus.FAILED and isinstance(result.error, kind)
 
 
@@ -57,4 +57,4 @@ def test_a_base_exception_from_the_body_is_raised_in_the_caller() -> None:
         raise SystemExit(3)
 
     with pytest.raises(SystemExit):
-        run_sync(plan, exiting, passthrough=())
+        run_sync(plan, exiting)

@@ -14,7 +14,7 @@ from langgraph.types import Command, Overwrite
 from typing_extensions import TypedDict
 
 from langgraph_deadline import Deadline, DeadlineState, with_deadlines
-from langgraph_deadline._graph.chunks import GraphRun, closing_chunks, deadline_given, note_chunk
+from langgraph_deadline._graph.chunks import GraphRun, closing_chunks, deadline_given
 
 
 class Steps(TypedDict):
@@ -32,15 +32,15 @@ class Steps(TypedDict):
 )
 def test_the_latest_full_state_is_kept_from_every_stream_format(mode: Any, chunk: Any) -> None:
     run = GraphRun(deadline=None)
-    note_chunk(run, chunk, mode)
+    run.note(chunk, mode)
     assert run.latest == {"n": 1}
 
 
 def test_an_interrupt_in_the_stream_is_noticed_and_subgraph_values_are_not_the_state() -> None:
     run = GraphRun(deadline=None)
-    note_chunk(run, ("updates", {"__interrupt__": ()}), ["updates", "values"])
+    run.note(("updates", {"__interrupt__": ()}), ["updates", "values"])
     assert run.interrupted
-    note_chunk(run, (("sub",), "values", {"inner": 1}), ["values"])
+    run.note((("sub",), "values", {"inner": 1}), ["values"])
     assert run.latest is None
 
 
@@ -173,8 +173,8 @@ async def test_under_ainvoke_the_state_is_read_from_the_graph_once_a_node_ran(
     from langgraph_deadline._graph import chunks
 
     noted: list[Any] = []
-    note = chunks.note_chunk
-    monkeypatch.setattr(chunks, "note_chunk", lambda run, c, m: (noted.append(c), note(run, c, m)))
+    note = chunks.GraphRun.note
+    monkeypatch.setattr(chunks.GraphRun, "note", lambda r, c, m: (noted.append(c), note(r, c, m)))
     steps = [(f"s{i}", _step(f"s{i}")) for i in range(6)]
     b = StateGraph(TimedSteps).add_sequence(steps)
     b.add_edge(START, "s0")
