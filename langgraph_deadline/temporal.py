@@ -377,7 +377,7 @@ class _ActivityInbound(ActivityInboundInterceptor):
             with anyio.CancelScope() as scope:
                 if watch is not None:
                     watch.start(asyncio.get_running_loop(), scope.cancel)
-                with deadline_scope(Deadline.at(deadline), name=info.activity_type):
+                async with deadline_scope(Deadline.at(deadline), name=info.activity_type):
                     return await self.next.execute_activity(input)
             assert watch is not None  # (only a stall cancels this scope)
             raise ApplicationError(

@@ -188,6 +188,20 @@ async def _run_to_its_end(
     return _Ended(info.value, started, ended, history, server)
 
 
+def _activity_ends(history: WorkflowHistory) -> list[str]:
+    """How the run's activities that did not complete ended: the type of the error each failed
+    with, or "timed out" for one that Temporal timed out."""
+    ends = []
+    for e in history.events:
+        if e.HasField("activity_task_failed_event_attributes"):
+            ends.append(
+                e.activity_task_failed_event_attributes.failure.application_failure_info.type
+            )
+        elif e.HasField("activity_task_timed_out_event_attributes"):
+            ends.append("timed out")
+    return ends
+
+
 async def test_hanging_activity_is_cut_at_the_deadline_and_the_run_ends_named(
     temporal_address: str,
 ) -> None:
@@ -226,6 +240,9 @@ async def test_hanging_activity_is_cut_at_the_deadline_and_the_run_ends_named(
     # the server saw the request close near the deadline, not at the node's own timeout
     assert run.server.opened_at and run.server.closed_at
     assert run.server.closed_at[0] - run.started < timeout + 1.0
+    # ... cut in its worker at its budget, before the deadline: it failed in the named terminal,
+    # not timed out by Temporal (whose cancellation reaches an activity with a heartbeat, later)
+    assert _activity_ends(run.history) == [DEADLINE_EXCEEDED]
     # each activity got its timeouts from what was left: schedule_to_close within the deadline
     scheduled = [
         e.activity_task_scheduled_event_attributes
@@ -984,4 +1001,5 @@ async def test_a_workflows_own_execution_timeout_is_its_deadline(temporal_addres
     ]
     # (the deadline counts from the workflow's start event, a little after the client's call)
     assert run.ended - run.started < timeout + 1.0
+    assert _activity_ends(run.history) == [DEADLINE_EXCEEDED]  # cut in its worker, in time
     assert run.server.closed_at and run.server.closed_at[0] - run.started < timeout + 1.0
