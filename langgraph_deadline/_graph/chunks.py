@@ -144,11 +144,12 @@ class GraphRun(RunTracker):
         elapsed = round((self.clock_now() - self.started) * 1000.0, 3)
         return Outcome(terminal=Terminal.COMPLETED, elapsed_ms=elapsed)
 
-    def ran_out(self, why: str | None) -> Outcome:
-        """A `deadline_exceeded` outcome naming the steps of this run that ran out (`why`: the
-        reason, else one naming them)."""
-        steps = sorted({r.name for r in self.records if r.status.ran_out})
-        step = ", ".join(steps) if steps else None
+    def ran_out(self, why: str | None, step: str | None = None) -> Outcome:
+        """A `deadline_exceeded` outcome naming `step`, else the steps of this run that ran out
+        (`why`: the reason, else one naming them)."""
+        if step is None:
+            steps = sorted({r.name for r in self.records if r.status.ran_out})
+            step = ", ".join(steps) if steps else None
         if why is None:
             why = f"{step} ran out of budget" if step else "the deadline passed"
         elapsed = (self.clock_now() - self.started) * 1000.0

@@ -14,7 +14,6 @@ copies of that context.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextvars import ContextVar, Token
 from typing import Any, Final, Generic, TypeVar
@@ -23,7 +22,6 @@ from langgraph.errors import GraphDrained
 from langgraph.types import RetryPolicy
 
 from .._core.deadline import Deadline
-from .._core.records import Outcome, Terminal
 from .chunks import GraphRun
 from .seams import DRAIN_REASON
 
@@ -129,12 +127,7 @@ class RetryGuard:
         if why is None:
             return True
         if run.outcome is None:
-            run.outcome = Outcome(
-                terminal=Terminal.DEADLINE_EXCEEDED,
-                step=self.name,
-                reason=why,
-                elapsed_ms=round((time.monotonic() - run.started) * 1000.0, 3),
-            )
+            run.outcome = run.ran_out(why, self.name)
         raise GraphDrained(DRAIN_REASON) from error
 
 
