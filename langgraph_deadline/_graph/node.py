@@ -26,7 +26,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Final, TypeVar, cast, overload
+from typing import Any, Final, TypedDict, TypeVar, Unpack, cast, overload
 
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -497,39 +497,35 @@ _MARK = "__langgraph_deadline__"
 _GIVEN: Final = "lgd_given"  # where a Runnable wrapper keeps the node it wraps
 
 
+class _Options(TypedDict, total=False):
+    """`budgeted`'s keyword options, for its overloads (the function itself lists them, with
+    their defaults)."""
+
+    cap: float | StepRule | None
+    min_viable: float | StepRule
+    name: str | None
+    reserve: float | None
+    idle_cap: float | StepRule | None
+
+
 @overload
 def budgeted(
     node: F,
-    *,
-    cap: float | StepRule | None = None,
-    min_viable: float | StepRule = 0.0,
-    name: str | None = None,
-    reserve: float | None = None,
-    idle_cap: float | StepRule | None = None,
+    **options: Unpack[_Options],
 ) -> F: ...
 
 
 @overload
 def budgeted(
     node: Runnable[Any, Any],
-    *,
-    cap: float | StepRule | None = None,
-    min_viable: float | StepRule = 0.0,
-    name: str | None = None,
-    reserve: float | None = None,
-    idle_cap: float | StepRule | None = None,
+    **options: Unpack[_Options],
 ) -> Runnable[Any, Any]: ...
 
 
 @overload
 def budgeted(
     node: None = None,
-    *,
-    cap: float | StepRule | None = None,
-    min_viable: float | StepRule = 0.0,
-    name: str | None = None,
-    reserve: float | None = None,
-    idle_cap: float | StepRule | None = None,
+    **options: Unpack[_Options],
 ) -> Callable[[F], F]: ...
 
 

@@ -46,39 +46,33 @@ class CompileArgs(TypedDict, total=False):
     store: BaseStore | None
 
 
+class _Options(CompileArgs, total=False):
+    """`with_deadlines`'s keyword options, for its overloads (the function itself lists them,
+    with their defaults)."""
+
+    timeout: float | None
+    caps: Mapping[str, float | StepRule | None] | None
+    min_viable: Mapping[str, float | StepRule] | None
+    reserve: float
+    default_cap: float | None
+    optional: Collection[str]
+    book: Timings | None
+    keep_back: bool
+    closing: Closing
+    queue_time: float | None
+
+
 @overload
 def with_deadlines(  # type: ignore[overload-overlap]  # a compiled graph is a Pregel too
     graph: StateGraph[Any, Any, Any, Any] | CompiledStateGraph[Any, Any, Any, Any],
-    *,
-    timeout: float | None = None,
-    caps: Mapping[str, float | StepRule | None] | None = None,
-    min_viable: Mapping[str, float | StepRule] | None = None,
-    reserve: float = 0.0,
-    default_cap: float | None = None,
-    optional: Collection[str] = (),
-    book: Timings | None = None,
-    keep_back: bool = True,
-    closing: Closing = CLOSING,
-    queue_time: float | None = None,
-    **compile: Unpack[CompileArgs],
+    **options: Unpack[_Options],
 ) -> DeadlineGraph: ...
 
 
 @overload
 def with_deadlines(
     graph: Pregel[Any, Any, Any, Any],
-    *,
-    timeout: float | None = None,
-    caps: Mapping[str, float | StepRule | None] | None = None,
-    min_viable: Mapping[str, float | StepRule] | None = None,
-    reserve: float = 0.0,
-    default_cap: float | None = None,
-    optional: Collection[str] = (),
-    book: Timings | None = None,
-    keep_back: bool = True,
-    closing: Closing = CLOSING,
-    queue_time: float | None = None,
-    **compile: Unpack[CompileArgs],
+    **options: Unpack[_Options],
 ) -> DeadlineEntrypoint: ...
 
 

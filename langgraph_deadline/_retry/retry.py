@@ -12,7 +12,7 @@ import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, ParamSpec, TypeVar, cast, overload
+from typing import Any, ParamSpec, Required, TypedDict, TypeVar, Unpack, cast, overload
 
 import anyio
 
@@ -30,37 +30,33 @@ _sleep: Callable[[float], None] = time.sleep
 _asleep: Callable[[float], Awaitable[None]] = anyio.sleep
 
 
+class _Options(TypedDict, total=False):
+    """`retry`'s keyword options, for its overloads (the function itself lists them, with
+    their defaults)."""
+
+    on: Required[RetryOn]
+    attempts: int
+    initial: float
+    multiplier: float
+    max_backoff: float
+    jitter: float
+    min_attempt: float
+    name: str | None
+    kind: StepKind
+    on_attempt: Callable[[StepRecord], None] | None
+
+
 @overload
 def retry(
     fn: Callable[P, R],
-    *,
-    on: RetryOn,
-    attempts: int = 3,
-    initial: float = 0.1,
-    multiplier: float = 2.0,
-    max_backoff: float = 2.0,
-    jitter: float = 0.1,
-    min_attempt: float = 0.0,
-    name: str | None = None,
-    kind: StepKind = "tool",
-    on_attempt: Callable[[StepRecord], None] | None = None,
+    **options: Unpack[_Options],
 ) -> Callable[P, R]: ...
 
 
 @overload
 def retry(
     fn: None = None,
-    *,
-    on: RetryOn,
-    attempts: int = 3,
-    initial: float = 0.1,
-    multiplier: float = 2.0,
-    max_backoff: float = 2.0,
-    jitter: float = 0.1,
-    min_attempt: float = 0.0,
-    name: str | None = None,
-    kind: StepKind = "tool",
-    on_attempt: Callable[[StepRecord], None] | None = None,
+    **options: Unpack[_Options],
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 

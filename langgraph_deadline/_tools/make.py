@@ -1,8 +1,8 @@
 """The public constructors of deadline tools: `deadline_tool` (the `@tool` drop-in, and a
 wrapper for any `BaseTool`) and `deadline_tools` (several tools from one table of caps).
 
-`deadline_tool`'s three typed call forms (the overloads), each repeating every option of
-`@tool` and of ours, sit beside the function they type.
+`deadline_tool`'s three typed call forms (the overloads) sit beside the function they type,
+its keyword options (`@tool`'s and ours) typed once for all three (`_Options`).
 """
 
 from __future__ import annotations
@@ -56,21 +56,26 @@ class ToolArgs(TypedDict, total=False):
     extras: dict[str, Any] | None
 
 
+class _Options(ToolArgs, total=False):
+    """`deadline_tool`'s keyword options (ours and `@tool`'s), for its overloads: the function
+    itself lists ours, with their defaults."""
+
+    cap: float | StepRule | None
+    min_viable: float | StepRule
+    read_only: bool
+    side_effect: bool
+    cache: StaleCache | None
+    cache_namespace: Namespace
+    message: Callable[[ToolTimeout], str] | str | None
+    retries: Retries | None
+    hedge: Hedge | None
+    idle_cap: float | StepRule | None
+
+
 @overload
 def deadline_tool(
     name_or_callable: Callable[..., Any] | BaseTool,
-    *,
-    cap: float | StepRule | None = None,
-    min_viable: float | StepRule = 0.0,
-    read_only: bool = False,
-    side_effect: bool = False,
-    cache: StaleCache | None = None,
-    cache_namespace: Namespace = None,
-    message: Callable[[ToolTimeout], str] | str | None = None,
-    retries: Retries | None = None,
-    hedge: Hedge | None = None,
-    idle_cap: float | StepRule | None = None,
-    **tool_args: Unpack[ToolArgs],
+    **options: Unpack[_Options],
 ) -> DeadlineTool: ...
 
 
@@ -78,36 +83,14 @@ def deadline_tool(
 def deadline_tool(
     name_or_callable: str,
     runnable: Runnable[Any, Any],
-    *,
-    cap: float | StepRule | None = None,
-    min_viable: float | StepRule = 0.0,
-    read_only: bool = False,
-    side_effect: bool = False,
-    cache: StaleCache | None = None,
-    cache_namespace: Namespace = None,
-    message: Callable[[ToolTimeout], str] | str | None = None,
-    retries: Retries | None = None,
-    hedge: Hedge | None = None,
-    idle_cap: float | StepRule | None = None,
-    **tool_args: Unpack[ToolArgs],
+    **options: Unpack[_Options],
 ) -> DeadlineTool: ...
 
 
 @overload
 def deadline_tool(
     name_or_callable: str | None = None,
-    *,
-    cap: float | StepRule | None = None,
-    min_viable: float | StepRule = 0.0,
-    read_only: bool = False,
-    side_effect: bool = False,
-    cache: StaleCache | None = None,
-    cache_namespace: Namespace = None,
-    message: Callable[[ToolTimeout], str] | str | None = None,
-    retries: Retries | None = None,
-    hedge: Hedge | None = None,
-    idle_cap: float | StepRule | None = None,
-    **tool_args: Unpack[ToolArgs],
+    **options: Unpack[_Options],
 ) -> Callable[[Callable[..., Any] | Runnable[Any, Any]], DeadlineTool]: ...
 
 
