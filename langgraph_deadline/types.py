@@ -1,4 +1,5 @@
-"""The types the package's functions return or take, for annotations: you never build them.
+"""The types the package's functions return or take, for annotations: you never build them
+(but for `CachedResult`, which your own `StaleCache` returns from `get` and `aget`).
 
 ```python
 from langgraph_deadline import with_deadlines
@@ -16,10 +17,12 @@ from ._core.timeouts import ToolTimeout
 from ._graph.functional import DeadlineEntrypoint
 from ._graph.graph import DeadlineGraph
 from ._graph.wrap import CompileArgs
+from ._tools.cache import CachedResult
 from ._tools.make import ToolArgs
 from ._tools.tool import DeadlineTool
 
 __all__ = [
+    "CachedResult",
     "CompileArgs",
     "DeadlineEntrypoint",
     "DeadlineGraph",

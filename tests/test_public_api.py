@@ -68,6 +68,7 @@ def test_types_and_learn_module_surfaces() -> None:
     import langgraph_deadline.types as types
 
     assert set(types.__all__) == {
+        "CachedResult",
         "CompileArgs",
         "DeadlineEntrypoint",
         "DeadlineGraph",

@@ -219,3 +219,82 @@ def test_a_stale_answer_is_headed_by_its_age_and_why_the_live_call_gave_none() -
     )
     assert blocks[1] == {"type": "text", "text": "7"}
     assert stored_content(ToolMessage("7 left", tool_call_id="c")) == "7 left"
+
+
+class _DictCache:
+    """A user's own backend, written with the public names only (`types.CachedResult`)."""
+
+    def __init__(self) -> None:
+        from langgraph_deadline.types import CachedResult
+
+        self._made = CachedResult
+        self.entries: dict[tuple[str, str], Any] = {}
+        self.async_reads = 0
+
+    def get(self, namespace: str, key: str) -> Any:
+        return self.entries.get((namespace, key))
+
+    def put(self, namespace: str, key: str, content: Any) -> None:
+        self.entries[(namespace, key)] = self._made(content, time.time() - 30.0)
+
+    async def aget(self, namespace: str, key: str) -> Any:
+        self.async_reads += 1
+        return self.get(namespace, key)
+
+    async def aput(self, namespace: str, key: str, content: Any) -> None:
+        self.put(namespace, key, content)
+
+
+@pytest.mark.anyio
+async def test_a_users_own_cache_serves_a_stale_answer_in_a_checkpointed_tool_node(
+    slow_server: SlowServer, tmp_path: Path
+) -> None:
+    from langchain_core.messages import AIMessage
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode
+
+    from langgraph_deadline import DeadlineState, StaleCache, with_deadlines
+
+    cache = _DictCache()
+    assert isinstance(cache, StaleCache)
+    delay = [0.0]
+
+    @deadline_tool(cap=0.4, read_only=True, cache=cache)
+    async def stock(sku: str) -> str:
+        """Stock level for a SKU."""
+        async with httpx.AsyncClient() as client:
+            r = await client.get(slow_server.url(f"/slow?delay={delay[0]}&sku={sku}"))
+        return f"{sku}: 7 in stock ({r.status_code})"
+
+    class State(MessagesState, DeadlineState):
+        pass
+
+    def ask(state: State) -> dict[str, Any]:
+        call = {"name": "stock", "args": {"sku": "A1"}, "id": f"c{len(state['messages'])}"}
+        return {"messages": [AIMessage("", tool_calls=[call])]}
+
+    builder = StateGraph(State)
+    builder.add_node("ask", ask)
+    builder.add_node("tools", ToolNode([stock]))
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", "tools")
+    builder.add_edge("tools", END)
+    async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "cp.sqlite")) as saver:
+        graph = with_deadlines(builder, timeout=5.0, checkpointer=saver)
+        cfg: Any = {"configurable": {"thread_id": "order-42"}}
+        fresh = await graph.ainvoke({"messages": [("user", "stock?")]}, cfg)
+        assert fresh["messages"][-1].content == "A1: 7 in stock (200)"
+        assert len(cache.entries) == 1  # stored in the user's backend, under the thread
+
+        delay[0] = 5.0
+        stale = await graph.ainvoke({"messages": [("user", "again?")]}, cfg)
+    answer = stale["messages"][-1]
+    assert isinstance(answer, ToolMessage) and answer.status == "success"
+    stale_note = r"\[stale result from 3\d s ago: the live call to 'stock' timed out"
+    assert re.match(stale_note, answer.content), answer.content
+    assert "A1: 7 in stock (200)" in answer.content
+    assert stale["deadline_outcome"].terminal.value == "completed"
+    assert [r.status.value for r in stale["deadline_trace"] if r.name == "stock"][-1] == "stale"
+    assert cache.async_reads >= 1  # the async face of the user's cache served it
+    assert slow_server.wait_disconnected(2.0)  # the live call was cut, not left running
