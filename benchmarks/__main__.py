@@ -50,7 +50,11 @@ DRAWN = frozenset({"learned", "long", "overshoot"})
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer samples (about 10 s)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer samples (all of them: about 11 minutes on 2 cores)",
+    )
     parser.add_argument(
         "--only", choices=sorted(BENCHMARKS), action="append", help="run only this benchmark"
     )
