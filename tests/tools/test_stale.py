@@ -31,6 +31,7 @@ from langgraph_deadline._tools.stale import (
     visible_args,
 )
 from langgraph_deadline.testing import SlowServer
+from langgraph_deadline.types import CachedResult
 
 
 def _cached_tool(cache: Any, server: SlowServer, delay: list[float]) -> Any:
@@ -222,22 +223,20 @@ def test_a_stale_answer_is_headed_by_its_age_and_why_the_live_call_gave_none() -
 
 
 class _DictCache:
-    """A user's own backend, written with the public names only (`types.CachedResult`)."""
+    """A user's own backend, written with the public names only (`types.CachedResult`); its
+    entries are dated 30 s back, so that a stale answer says its age."""
 
     def __init__(self) -> None:
-        from langgraph_deadline.types import CachedResult
-
-        self._made = CachedResult
-        self.entries: dict[tuple[str, str], Any] = {}
+        self.entries: dict[tuple[str, str], CachedResult] = {}
         self.async_reads = 0
 
-    def get(self, namespace: str, key: str) -> Any:
+    def get(self, namespace: str, key: str) -> CachedResult | None:
         return self.entries.get((namespace, key))
 
     def put(self, namespace: str, key: str, content: Any) -> None:
-        self.entries[(namespace, key)] = self._made(content, time.time() - 30.0)
+        self.entries[(namespace, key)] = CachedResult(content, time.time() - 30.0)
 
-    async def aget(self, namespace: str, key: str) -> Any:
+    async def aget(self, namespace: str, key: str) -> CachedResult | None:
         self.async_reads += 1
         return self.get(namespace, key)
 
